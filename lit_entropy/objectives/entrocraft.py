@@ -1,0 +1,51 @@
+"""The pure parts of Entrocraft (Li et al. 2026), paper mode (DESIGN §7.4).
+
+Given the batch entropy ``H`` and the band ``[h_low, h_high]``, the direction is
+``m = 1[H > h_high] − 1[H < h_low]``; sequence i is kept with probability ``min(1, exp(γ·m·A_i))``.
+With ``m = +1`` (entropy too high) negative-advantage samples are thinned out, with ``m = −1`` positive
+ones, and ``m = 0`` keeps everything.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def band_direction(entropy: float, low: float, high: float) -> int:
+    """``m = 1[H > high] − 1[H < low]`` ∈ {−1, 0, +1}."""
+    if low > high:
+        raise ValueError(f"entropy band has low={low} > high={high}")
+    if math.isnan(entropy):
+        raise ValueError("entropy is NaN")
+    return int(entropy > high) - int(entropy < low)
+
+
+def keep_probability(advantages: Tensor, m: int, gamma: float = 10.0) -> Tensor:
+    """``min(1, exp(γ·m·A))`` in fp32, same shape as ``advantages``; all ones when ``m = 0``.
+
+    The exponent is clamped at 0 before ``exp``, so no overflow for large ``γ·|A|``.
+    """
+    if m not in (-1, 0, 1):
+        raise ValueError(f"m must be -1, 0 or +1, got {m}")
+    if not (gamma >= 0 and math.isfinite(gamma)):
+        raise ValueError(f"gamma must be finite and >= 0, got {gamma}")
+    exponent = (gamma * m) * advantages.float()
+    return torch.exp(exponent.clamp(max=0.0))
+
+
+def sample_keep(
+    advantages: Tensor,
+    m: int,
+    gamma: float = 10.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Bool mask of kept sequences: independent Bernoulli draws with :func:`keep_probability`.
+
+    Always draws one number per sequence (also when ``m = 0``), so the generator advances the same
+    way whatever the direction.
+    """
+    probs = keep_probability(advantages, m, gamma)
+    return torch.bernoulli(probs, generator=generator).bool()

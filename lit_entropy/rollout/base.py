@@ -1,0 +1,57 @@
+"""The rollout-engine interface: prompts in, sampled token ids and the sampler's log-probs out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled."""
+
+    temperature: float = 1.0
+    """Rollout temperature; the trainer's log-probs and entropy use the same one."""
+    top_p: float = 1.0
+    """Nucleus sampling (1.0 = off). Anything but 1.0 makes sampler and trainer log-probs differ."""
+    max_new_tokens: int = 24
+    """Completion length cap; rows that hit it count in ``rollout/truncated_frac``."""
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Generation:
+    """One sampled completion."""
+
+    token_ids: list[int]
+    """Completion tokens (EOS included when sampled)."""
+    logprobs: list[float]
+    """The sampler's log-prob of each completion token, at the sampling temperature."""
+    truncated: bool
+    """True when the completion stopped at ``max_new_tokens`` instead of EOS."""
+
+
+class RolloutEngine(ABC):
+    """Samples ``n`` completions per prompt and follows the trainer's weights."""
+
+    @abstractmethod
+    def generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int
+    ) -> list[list[Generation]]:
+        """``n`` completions for each prompt, as a list per prompt, in prompt order."""
+
+    @abstractmethod
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load the trainer's current weights into the engine."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the engine's resources."""

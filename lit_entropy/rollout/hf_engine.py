@@ -1,0 +1,80 @@
+"""Hugging Face ``generate`` as the rollout engine: needs nothing but transformers.
+
+It samples from the trainer's own module (no copy, so weight sync is free) in chunks of prompts, and
+reports the sampler's log-probs at the sampling temperature from the generation scores.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+
+
+class HFEngine(RolloutEngine):
+    def __init__(self, model_path: str, eos_id: int, pad_id: int, prompts_per_chunk: int = 64, **_: object) -> None:
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.prompts_per_chunk = prompts_per_chunk
+        self.model: torch.nn.Module | None = None
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model  # generates with the live module
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int
+    ) -> list[list[Generation]]:
+        if self.model is None:
+            raise RuntimeError("HFEngine.generate called before sync_weights(model)")
+        model = self.model
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        result: list[list[Generation]] = []
+        try:
+            for start in range(0, len(prompts), self.prompts_per_chunk):
+                chunk = prompts[start : start + self.prompts_per_chunk]
+                result.extend(self._generate_chunk(model, chunk, n, sampling, gen, device))
+        finally:
+            model.train(was_training)
+        return result
+
+    def _generate_chunk(self, model, chunk, n, sampling, gen, device) -> list[list[Generation]]:
+        rows = [p for p in chunk for _ in range(n)]
+        width = max(len(r) for r in rows)
+        # Left-pad so every row's next token sits at the same position.
+        ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows], device=device)
+        attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=attn,
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=0,
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=self.eos_id,
+                pad_token_id=self.pad_id,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        new = out.sequences[:, width:]
+        # `scores` are the processed logits (after temperature / top-p): the sampling distribution.
+        logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
+        chosen = logp.gather(-1, new[:, :, None]).squeeze(-1)
+        gens = []
+        for i in range(len(rows)):
+            toks = new[i].tolist()
+            length = toks.index(self.eos_id) + 1 if self.eos_id in toks else len(toks)
+            gens.append(
+                Generation(
+                    token_ids=toks[:length],
+                    logprobs=chosen[i, :length].tolist(),
+                    truncated=self.eos_id not in toks[:length],
+                )
+            )
+        return [gens[k * n : (k + 1) * n] for k in range(len(chunk))]

@@ -1,0 +1,78 @@
+"""Build a run from a composed Hydra config and fit it. ``scripts/train.py`` is the command-line face."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any
+
+import lightning.pytorch as pl
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def instantiate_callbacks(cfg: DictConfig | None) -> list[pl.Callback]:
+    """Every node under ``callbacks`` with a ``_target_`` (one level of nesting, e.g. ``entropy``)."""
+    found: list[pl.Callback] = []
+
+    def visit(node: Any, path: str) -> None:
+        if not isinstance(node, DictConfig):
+            return
+        if "_target_" in node:
+            cb = instantiate(node)
+            if not isinstance(cb, pl.Callback):
+                raise TypeError(f"callbacks.{path}: {node._target_} is not a lightning Callback")
+            found.append(cb)
+            return
+        for key, child in node.items():
+            visit(child, f"{path}.{key}" if path else str(key))
+
+    visit(cfg, "")
+    return found
+
+
+def instantiate_loggers(cfg: DictConfig | None) -> list[Any]:
+    if not cfg:
+        return []
+    return [instantiate(node) for node in cfg.values() if isinstance(node, DictConfig) and "_target_" in node]
+
+
+def check_knob_owners(callbacks: list[pl.Callback]) -> None:
+    """Two controllers driving one knob fight each other: refuse at start-up, naming both."""
+    owners: dict[str, str] = {}
+    for cb in callbacks:
+        for knob in getattr(cb, "knobs", ()):
+            if knob in owners:
+                raise ValueError(f"knob {knob!r} is driven by both {owners[knob]} and {type(cb).__name__}")
+            owners[knob] = type(cb).__name__
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Fit one run; returns the final logged metrics as floats."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    pl.seed_everything(cfg.seed, workers=True)
+    policy = instantiate(cfg.model).build()
+    engine = instantiate(cfg.rollout)
+    datamodule = instantiate(cfg.data, engine=engine)
+    module = instantiate(
+        cfg.module, policy=policy, algo=instantiate(cfg.algo), optim=instantiate(cfg.optim), _recursive_=False
+    )
+    callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    check_knob_owners(callbacks)
+    loggers = instantiate_loggers(cfg.get("logger"))
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    if loggers:
+        for lg in loggers:
+            lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    finally:
+        datamodule.close()
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+    if bad:
+        raise FloatingPointError(f"non-finite final metrics: {bad}")
+    return metrics
