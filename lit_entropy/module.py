@@ -37,6 +37,7 @@ class PolicyModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.model = policy.model
+        self.model.train()  # from_pretrained hands it over in eval mode
         self.tokenizer = policy.tokenizer
         self.policy_path = policy.path
         self.algo = algo or AlgoConfig()
@@ -141,7 +142,8 @@ class PolicyModule(pl.LightningModule):
             "train/lr": torch.tensor(opt.param_groups[0]["lr"]),
         }
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)
-        self.log("train/loss_epoch", stats["loss"], on_step=False, on_epoch=True, batch_size=n, prog_bar=True)
+        self.log("train/loss_epoch", stats["loss"], on_step=False, on_epoch=True, batch_size=n, prog_bar=True,
+                 sync_dist=True)
         return stats["loss"]
 
     def _clip_and_step(self, opt, sched) -> torch.Tensor:
@@ -176,11 +178,13 @@ class PolicyModule(pl.LightningModule):
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
             raise FloatingPointError(f"non-finite rollout metrics: {bad}")
-        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
         self._log_text_samples(self.rollout)
 
     def on_train_epoch_end(self) -> None:
-        self.log("time/update", time.perf_counter() - self._update_started, on_step=False, on_epoch=True)
+        self.log(
+            "time/update", time.perf_counter() - self._update_started, on_step=False, on_epoch=True, sync_dist=True
+        )
 
     def _log_text_samples(self, batch: RolloutBatch) -> None:
         logger = self.logger

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402

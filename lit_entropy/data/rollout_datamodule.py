@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.data.prompts import PromptSource
-from lit_entropy.rewards import RewardRunner
+from lit_entropy.rewards.runner import RewardRunner
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ With ``z = logits / T`` and ``log p = z − logsumexp(z)``:
 
 :func:`token_logprobs_and_entropy` flattens the ``B·L`` rows and handles ``chunk_size`` of them at a
 time, casting each chunk to fp32 there, so the fp32 temporaries are O(chunk_size·V) rather than
-O(B·L·V). It is differentiable through a custom autograd function that saves only the (input) logits
-and two fp32 numbers per row, and recomputes the softmax chunk by chunk in the backward pass:
+O(B·L·V). It is differentiable through a custom autograd function that saves only the (input) logits, the
+targets and the fp32 entropy, and recomputes the softmax chunk by chunk in the backward pass:
 
 * ``∂logp_t/∂z_v = 1[v = target_t] − p_v``
 * ``∂H_t/∂z_v = −p_v (log p_v + H_t)``
@@ -58,24 +58,22 @@ def _row_chunks(logits: Tensor, chunk_size: int):
 
 class _ChunkedLogpEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool):
+    def forward(
+        ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool
+    ):
         batch, length, _ = logits.shape
         flat_targets = targets.reshape(-1)
         total = batch * length
         logp = torch.empty(total, dtype=torch.float32, device=logits.device)
-        lse = torch.empty(total, dtype=torch.float32, device=logits.device)
         entropy = torch.empty(total, dtype=torch.float32, device=logits.device) if with_entropy else None
         for start, end, rows in _row_chunks(logits, chunk_size):
-            z = rows.float() / temperature
-            log_probs = torch.log_softmax(z, dim=-1)
+            log_probs = torch.log_softmax(rows.float() / temperature, dim=-1)
             logp[start:end] = log_probs.gather(-1, flat_targets[start:end, None]).squeeze(-1)
-            # logsumexp recovered at the arg-max, where log p is in [−log V, 0]: no cancellation.
-            top = z.argmax(dim=-1, keepdim=True)
-            lse[start:end] = (z.gather(-1, top) - log_probs.gather(-1, top)).squeeze(-1)
             if entropy is not None:
                 entropy[start:end] = -(log_probs.exp() * log_probs).sum(-1)
-            del z, log_probs
-        ctx.save_for_backward(logits, flat_targets, lse, entropy if entropy is not None else lse)
+            del log_probs
+        # Only the input logits, the targets and the [N] entropy are kept for backward.
+        ctx.save_for_backward(logits, flat_targets, entropy if entropy is not None else logp)
         ctx.temperature = temperature
         ctx.chunk_size = chunk_size
         ctx.with_entropy = with_entropy
@@ -87,7 +85,7 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
-        logits, flat_targets, lse, entropy = ctx.saved_tensors
+        logits, flat_targets, entropy = ctx.saved_tensors
         if not ctx.with_entropy:
             grad_entropy = None
         batch, length, vocab = logits.shape
@@ -95,7 +93,8 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
         g_logp = grad_logp.reshape(-1).float() if grad_logp is not None else None
         g_ent = grad_entropy.reshape(-1).float() if grad_entropy is not None else None
         for start, end, rows in _row_chunks(logits, ctx.chunk_size):
-            log_probs = rows.float() / ctx.temperature - lse[start:end, None]
+            # Recompute the chunk's softmax: the same ops as the forward pass, so the same values.
+            log_probs = torch.log_softmax(rows.float() / ctx.temperature, dim=-1)
             probs = log_probs.exp()
             g = torch.zeros_like(probs)
             if g_logp is not None:
@@ -124,7 +123,9 @@ def token_logprobs_and_entropy(
     has the dtype of ``logits``. The entropy is ``None`` when ``with_entropy`` is False.
     """
     _check(logits, targets, temperature, chunk_size)
-    logp, entropy = _ChunkedLogpEntropy.apply(logits, targets.long(), float(temperature), chunk_size, with_entropy)
+    logp, entropy = _ChunkedLogpEntropy.apply(
+        logits, targets.long(), float(temperature), chunk_size, with_entropy
+    )
     return logp, entropy
 
 

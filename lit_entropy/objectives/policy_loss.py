@@ -41,8 +41,8 @@ def clipped_surrogate(
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     r = ratio(logp, old_logp)
     adv = advantages.float()
-    if adv.dim() == 1:
-        adv = adv[:, None]
+    if adv.dim() == r.dim() - 1:  # per-sequence [B] against per-token [B, L]
+        adv = adv.unsqueeze(-1)
     adv = adv.expand_as(r)
 
     unclipped = r * adv

@@ -42,7 +42,9 @@ def test_all_equal_group_is_exactly_zero():
         assert torch.isfinite(adv).all()
         assert (adv[:3] == 0).all() and (adv[6:] == 0).all()
         assert adv.dtype == torch.float32
-    torch.testing.assert_close(grpo(r, 3)[3:6], torch.tensor([2 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)]))
+    torch.testing.assert_close(
+        grpo(r, 3)[3:6], torch.tensor([2 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)])
+    )
 
 
 def test_bf16_rewards_give_fp32():

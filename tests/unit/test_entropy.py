@@ -71,9 +71,13 @@ def test_gradients_match_naive(dtype, temperature):
     (ref_grad_both,) = torch.autograd.grad((ref_logp * w_logp).sum() + (ref_ent * w_ent).sum(), b)
 
     assert grad_logp.dtype == dtype
-    atol = 1e-6 if dtype == torch.float32 else 1e-2  # bf16 gradients are rounded to bf16 on both paths
-    torch.testing.assert_close(grad_logp, ref_grad_logp, atol=atol, rtol=0 if dtype == torch.float32 else 1e-2)
-    torch.testing.assert_close(grad_both, ref_grad_both, atol=atol, rtol=0 if dtype == torch.float32 else 1e-2)
+    atol = 1e-6 if dtype == torch.float32 else 1e-3  # bf16 gradients: both paths round to bf16 at the end
+    torch.testing.assert_close(
+        grad_logp, ref_grad_logp, atol=atol, rtol=0 if dtype == torch.float32 else 1e-2
+    )
+    torch.testing.assert_close(
+        grad_both, ref_grad_both, atol=atol, rtol=0 if dtype == torch.float32 else 1e-2
+    )
 
 
 def test_shift_and_align_on_non_contiguous_view():
@@ -88,7 +92,9 @@ def test_shift_and_align_on_non_contiguous_view():
     torch.testing.assert_close(ent, ref_ent, atol=1e-6, rtol=0)
     (grad,) = torch.autograd.grad(logp.sum(), leaf)
     ref_leaf = logits.clone().requires_grad_()
-    (ref_grad,) = torch.autograd.grad(naive_logprobs_and_entropy(ref_leaf[:, :-1], input_ids[:, 1:])[0].sum(), ref_leaf)
+    (ref_grad,) = torch.autograd.grad(
+        naive_logprobs_and_entropy(ref_leaf[:, :-1], input_ids[:, 1:])[0].sum(), ref_leaf
+    )
     torch.testing.assert_close(grad, ref_grad, atol=1e-6, rtol=0)
     assert torch.equal(grad[:, -1], torch.zeros(3, 300))
 
@@ -138,7 +144,11 @@ def _peak_bytes(name: str, grad: bool) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-c", _MEASURE, name, "1" if grad else "0"],
-        capture_output=True, text=True, env=env, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
     )
     return int(proc.stdout.strip().splitlines()[-1])
 

@@ -55,18 +55,20 @@ def test_sequence_advantages_broadcast():
     logp = torch.log(torch.tensor([[1.1, 0.5], [1.5, 0.9]]))
     adv_seq = torch.tensor([1.0, -2.0])
     loss_seq, _ = clipped_surrogate(logp, torch.zeros_like(logp), adv_seq, EPS_LOW, EPS_HIGH)
-    loss_tok, _ = clipped_surrogate(logp, torch.zeros_like(logp), adv_seq[:, None].expand(2, 2), EPS_LOW, EPS_HIGH)
+    loss_tok, _ = clipped_surrogate(
+        logp, torch.zeros_like(logp), adv_seq[:, None].expand(2, 2), EPS_LOW, EPS_HIGH
+    )
     torch.testing.assert_close(loss_seq, loss_tok)
     torch.testing.assert_close(loss_seq, torch.tensor([[-1.1, -0.5], [3.0, 1.8]]), atol=1e-5, rtol=0)
 
 
 def test_ratio_is_fp32_from_bf16():
-    logp = torch.tensor([-1.0, -2.5], dtype=torch.bfloat16)
-    old = torch.tensor([-1.25, -2.0], dtype=torch.bfloat16)
+    logp = torch.tensor([[-1.0, -2.5]], dtype=torch.bfloat16)
+    old = torch.tensor([[-1.25, -2.0]], dtype=torch.bfloat16)
     r = ratio(logp, old)
     assert r.dtype == torch.float32
-    torch.testing.assert_close(r, torch.tensor([math.exp(0.25), math.exp(-0.5)]))
-    loss, _ = clipped_surrogate(logp, old, torch.tensor([1.0, 1.0]), EPS_LOW, EPS_HIGH)
+    torch.testing.assert_close(r, torch.tensor([[math.exp(0.25), math.exp(-0.5)]]))
+    loss, _ = clipped_surrogate(logp, old, torch.tensor([1.0]), EPS_LOW, EPS_HIGH)
     assert loss.dtype == torch.float32
 
 
@@ -81,7 +83,9 @@ def test_aggregate_token_mean_basic():
     mask = torch.tensor([[True, True, False], [True, False, True]])
     torch.testing.assert_close(aggregate_token_mean(values, mask), torch.tensor(11.0 / 4))
     torch.testing.assert_close(aggregate_token_mean(values, mask, num_tokens=11), torch.tensor(1.0))
-    torch.testing.assert_close(aggregate_token_mean(values, mask, num_tokens=torch.tensor(11)), torch.tensor(1.0))
+    torch.testing.assert_close(
+        aggregate_token_mean(values, mask, num_tokens=torch.tensor(11)), torch.tensor(1.0)
+    )
     torch.testing.assert_close(masked_mean(values, mask), torch.tensor(11.0 / 4))
 
 

@@ -1,0 +1,87 @@
+"""The real Hydra config: every group composes and instantiates; bad keys and values fail by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException, InstantiationException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from lit_entropy.algo import AlgoConfig
+from lit_entropy.train import instantiate_callbacks
+from tests.helpers import CONF, compose_train
+
+OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_default_composition_has_every_group():
+    cfg = compose_train(OUT)
+    for key in ("model", "data", "rollout", "algo", "optim", "module", "callbacks", "trainer", "logger", "paths"):
+        assert key in cfg, key
+    assert cfg.callbacks.entropy._target_.endswith("EntrocraftCallback")
+    assert cfg.trainer.reload_dataloaders_every_n_epochs == 1
+    assert cfg.trainer.precision == "32-true" and cfg.rollout.dtype == "float32"
+
+
+@pytest.mark.parametrize("group", ["algo", "optim", "rollout", "precision", "trainer", "logger", "debug",
+                                   "experiment", "callbacks/entropy"])
+def test_every_option_composes(group):
+    for name in options(group):
+        cfg = compose_train([f"{group}={name}", *OUT])
+        OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_callbacks_entropy_attach_and_detach():
+    on = instantiate_callbacks(compose_train(["callbacks/entropy=entrocraft", *OUT]).callbacks)
+    off = instantiate_callbacks(compose_train(["callbacks/entropy=none", *OUT]).callbacks)
+    names_on = {type(c).__name__ for c in on}
+    names_off = {type(c).__name__ for c in off}
+    assert "EntrocraftCallback" in names_on and "EntrocraftCallback" not in names_off
+    assert names_on - names_off == {"EntrocraftCallback"}
+
+
+def test_smoke_overlay_shrinks_the_run():
+    cfg = compose_train(["debug=smoke", *OUT])
+    assert cfg.trainer.max_epochs <= 3 and cfg.data.prompts_per_iter <= 8
+
+
+def test_instantiate_pieces_without_engines():
+    cfg = compose_train(OUT)
+    algo = instantiate(cfg.algo)
+    assert isinstance(algo, AlgoConfig) and algo.eps_low == 0.2
+    instantiate(cfg.optim)
+    instantiate(cfg.data.prompts).sample(3, iteration=0)
+
+
+def test_unknown_key_names_itself():
+    with pytest.raises(ConfigCompositionException, match="algo.eps_hgih"):
+        compose_train(["algo.eps_hgih=0.3", *OUT])
+
+
+def test_unknown_group_option_names_itself():
+    with pytest.raises(ConfigCompositionException, match="bogus"):
+        compose_train(["callbacks/entropy=bogus", *OUT])
+
+
+def test_bad_value_names_itself():
+    cfg = compose_train(["algo.eps_low=1.5", *OUT])
+    with pytest.raises(InstantiationException, match="eps_low"):
+        instantiate(cfg.algo)
+    cfg = compose_train(["data.prompts.task.num_numbers=40", *OUT])
+    with pytest.raises(InstantiationException, match="num_numbers"):
+        instantiate(cfg.data.prompts)
+
+
+def test_unknown_key_inside_a_config_file_names_itself(tmp_path: Path):
+    cfg = compose_train(OUT)
+    cfg.algo = OmegaConf.merge(OmegaConf.create({}), cfg.algo)
+    OmegaConf.set_struct(cfg, False)
+    cfg.algo.epsilon = 0.3
+    with pytest.raises(InstantiationException, match="epsilon"):
+        instantiate(cfg.algo)
