@@ -63,6 +63,7 @@ class EntrocraftCallback(pl.Callback):
             "control/band_high": high,
             "control/target_entropy": 0.5 * (low + high),
             "control/direction": float(m),
+            "control/band_error": max(low - entropy, 0.0, entropy - high),
             "control/entrocraft_kept_frac": float(keep.float().mean()),
         }
         batch.metrics.update(self.last)

@@ -68,7 +68,7 @@ class TinyArch:
 class WarmStart:
     """Supervised warm-start on random correct Countdown solutions (the policy starts from here)."""
 
-    steps: int = 300
+    steps: int = 800
     """Optimizer steps (0 = no warm start: a random-init policy)."""
     batch_size: int = 64
     """Sequences per step."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from lit_entropy.tasks.countdown import CountdownConfig, countdown_reward, format_prompt, generate_problems
 

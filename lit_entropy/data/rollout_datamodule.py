@@ -13,7 +13,8 @@ import logging
 import random
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import lightning.pytorch as pl
 import torch

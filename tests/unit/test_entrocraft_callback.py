@@ -62,6 +62,7 @@ def test_outside_band_rejects_the_side_that_pushes_entropy_the_wrong_way(entropy
     assert kept_right == 1.0
     assert kept_wrong < 0.01  # exp(-10) acceptance
     assert batch.metrics["control/direction"] == (1.0 if entropy > 0.7 else -1.0)
+    assert batch.metrics["control/band_error"] == pytest.approx(0.2 if entropy > 0.7 else 0.3)
 
 
 def test_state_dict_round_trip_reproduces_the_same_draws():

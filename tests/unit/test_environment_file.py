@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-import tomllib
 
+import tomllib
 import yaml
 
 from tests.helpers import ROOT
