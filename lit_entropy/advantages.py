@@ -3,9 +3,22 @@
 Rows of a rollout batch come in contiguous groups of ``group_size`` completions of one prompt, so
 ``rewards.view(-1, group_size)`` puts each group on one row. Advantages are per sequence ([B], fp32);
 :func:`broadcast_to_tokens` spreads them over the response tokens.
+
+Estimators (all ``[B] -> [B]`` fp32, pick one by name with :func:`compute_advantages`):
+
+* :func:`grpo` — GRPO (Shao et al. 2024), group mean and unbiased group std.
+* :func:`dr_grpo` — Dr.GRPO (Liu et al. 2025), group mean only.
+* :func:`rloo` — RLOO (Ahmadian et al. 2024), leave-one-out mean.
+* :func:`reinforce_pp_baseline` — REINFORCE++-baseline (Hu et al. 2025), group mean then batch whitening.
+* :func:`w_reinforce` — W-REINFORCE (Zhu et al. 2025), ``+λ`` / ``−1`` with no baseline.
+
+Reward shaping applied before an estimator: :func:`unlikeliness_rewards` (He et al. 2025).
+Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`select_groups`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -59,3 +72,193 @@ def broadcast_to_tokens(advantages: Tensor, response_mask: Tensor) -> Tensor:
         )
     values = advantages.float()[:, None].expand(response_mask.shape)
     return torch.where(response_mask.bool(), values, torch.zeros_like(values))
+
+
+def _check_rows(rewards: Tensor, group_size: int, min_group_size: int) -> None:
+    """Shape checks shared by the estimators that do not need a baseline (``G >= min_group_size``)."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if group_size < min_group_size:
+        raise ValueError(f"group_size must be >= {min_group_size}, got {group_size}")
+    if rewards.shape[0] % group_size != 0:
+        raise ValueError(f"batch size {rewards.shape[0]} is not divisible by group_size {group_size}")
+
+
+def dr_grpo(rewards: Tensor, group_size: int) -> Tensor:
+    """Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-Like Training"), fp32 [B].
+
+    ``A_i = R_i − mean_G R``: the group mean is subtracted and, unlike GRPO, nothing is divided by the
+    group std (which up-weights near-flat groups). Same as ``grpo(rewards, group_size, scale_std=False)``.
+    All-equal groups give exactly 0. Raises ``ValueError`` for ``G < 2`` or ``B`` not a multiple of ``G``.
+    """
+    return grpo(rewards, group_size, scale_std=False)
+
+
+def rloo(rewards: Tensor, group_size: int) -> Tensor:
+    """RLOO advantages (Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style
+    Optimization for Learning from Human Feedback in LLMs"), fp32 [B].
+
+    ``A_i = R_i − mean_{j≠i} R_j = G/(G−1) · (R_i − mean_G R)``: each sample's baseline is the mean
+    reward of the other ``G − 1`` samples of its group, so the baseline does not depend on ``R_i``.
+    All-equal groups give exactly 0. Raises ``ValueError`` for ``G < 2`` (no other sample to average)
+    or ``B`` not a multiple of ``G``.
+    """
+    grouped = _grouped(rewards, group_size)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)) * (group_size / (group_size - 1))
+    flat = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(flat, torch.zeros_like(centred), centred).reshape(-1)
+
+
+def reinforce_pp_baseline(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
+    """REINFORCE++-baseline advantages (Hu et al. 2025, "REINFORCE++: An Efficient RLHF Algorithm
+    with Robustness to Both Prompt and Reward Models"), fp32 [B].
+
+    Two steps: ``x_i = R_i − mean_G R`` (group baseline), then whitening over the whole batch,
+    ``A_i = (x_i − mean_B x) / (std_B x + eps)``.
+
+    * The batch statistics are over **sequences**: each of the ``B`` rows counts once, whatever its
+      response length (reference implementations whiten over tokens, which weighs long responses more).
+      Rows of all-equal groups take part with ``x = 0`` (they pull ``std_B`` down) and are then set back
+      to exactly 0.
+    * ``std_B`` is the **population** standard deviation (``correction=0``), so with ``eps = 0`` the
+      output has batch mean 0 and population std 1 exactly (up to rounding). Note that :func:`grpo`
+      uses the unbiased std within a group instead.
+    * When the whole batch has zero variance (every group all-equal) the result is all zeros, not NaN,
+      for any ``eps`` including 0.
+
+    Raises ``ValueError`` for ``G < 2`` or ``B`` not a multiple of ``G``.
+    """
+    grouped = _grouped(rewards, group_size)
+    flat = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    centred = torch.where(flat, torch.zeros_like(grouped), grouped - grouped.mean(dim=1, keepdim=True))
+    x = centred.reshape(-1)
+    std = x.std(correction=0)
+    positive = std > 0
+    denom = torch.where(positive, std + eps, torch.ones_like(std))
+    whitened = torch.where(positive, (x - x.mean()) / denom, torch.zeros_like(x))
+    return torch.where(flat.expand_as(grouped).reshape(-1), torch.zeros_like(whitened), whitened)
+
+
+def w_reinforce(
+    rewards: Tensor,
+    correct_threshold: float = 1.0,
+    lam: float = 0.1,
+    *,
+    group_size: int | None = None,
+) -> Tensor:
+    """W-REINFORCE advantages (Zhu et al. 2025, "The Surprising Effectiveness of Negative
+    Reinforcement in LLM Reasoning"), fp32 [B].
+
+    ``A_i = +λ`` if ``R_i >= correct_threshold`` (correct), else ``−1`` (incorrect): the objective
+    ``λ·PSR + NSR`` that down-weights positive-sample reinforcement. There is no baseline, so
+    all-equal groups still get ``+λ`` / ``−1`` and ``G = 1`` is fine.
+
+    ``group_size`` is only there so the dispatcher can call every estimator the same way; it does not
+    change the result. When given, it is checked for consistency (``G >= 1``, ``B`` a multiple of ``G``),
+    since a mismatch means the batch is not laid out in groups as the caller thinks.
+    """
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if group_size is not None:
+        _check_rows(rewards, group_size, min_group_size=1)
+    correct = rewards.float() >= correct_threshold
+    return torch.where(
+        correct,
+        torch.full(rewards.shape, float(lam), dtype=torch.float32, device=rewards.device),
+        torch.full(rewards.shape, -1.0, dtype=torch.float32, device=rewards.device),
+    )
+
+
+def unlikeliness_rewards(
+    rewards: Tensor, seq_logp_mean: Tensor, group_size: int, beta_rank: float = 0.25
+) -> Tensor:
+    """Unlikeliness-shaped rewards (He et al. 2025, "Rewarding the Unlikely: Lifting GRPO Beyond
+    Distribution Sharpening"), fp32 [B].
+
+    Within each group, rank the samples by ``seq_logp_mean`` (mean token log-prob of the response under
+    the current policy), ascending: rank 0 is the least likely sample, rank ``G − 1`` the most likely.
+    Ties keep index order (stable sort: the earlier row gets the lower rank). Then
+    ``R̃_i = R_i · (1 − β_rank · rank_i / G)``, so among correct samples the unlikely ones keep more of
+    their reward. This only transforms rewards; the caller applies an estimator to ``R̃`` afterwards.
+
+    ``seq_logp_mean`` must be [B] and finite (NaN sorts as the most likely). It is only ranked, never
+    differentiated. ``G = 1`` is allowed (every rank is 0: rewards unchanged). Raises ``ValueError`` for
+    shape mismatches, ``G < 1`` or ``B`` not a multiple of ``G``.
+    """
+    _check_rows(rewards, group_size, min_group_size=1)
+    if seq_logp_mean.shape != rewards.shape:
+        raise ValueError(
+            f"seq_logp_mean {tuple(seq_logp_mean.shape)} does not match rewards {tuple(rewards.shape)}"
+        )
+    logp = seq_logp_mean.detach().float().view(-1, group_size)
+    order = torch.argsort(logp, dim=1, stable=True)  # order[g, k] = index of the k-th least likely
+    ranks = torch.argsort(order, dim=1, stable=True)  # inverse permutation: rank of each index
+    scale = 1.0 - beta_rank * ranks.float() / group_size
+    return (rewards.float().view(-1, group_size) * scale).reshape(-1)
+
+
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce")
+"""Names accepted by :func:`compute_advantages`."""
+
+# Keyword arguments each estimator understands; others in ``_KNOWN_KWARGS`` are dropped for it.
+_ACCEPTED_KWARGS: dict[str, frozenset[str]] = {
+    "grpo": frozenset({"eps", "scale_std"}),
+    "dr_grpo": frozenset(),
+    "rloo": frozenset(),
+    "reinforce_pp": frozenset({"eps"}),
+    "w_reinforce": frozenset({"lam", "correct_threshold"}),
+}
+_KNOWN_KWARGS = frozenset().union(*_ACCEPTED_KWARGS.values())
+
+
+def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: Any) -> Tensor:
+    """Per-sequence advantages [B] fp32 from the estimator called ``name`` (one of :data:`ESTIMATORS`).
+
+    ``"grpo"`` → :func:`grpo`, ``"dr_grpo"`` → :func:`dr_grpo`, ``"rloo"`` → :func:`rloo`,
+    ``"reinforce_pp"`` → :func:`reinforce_pp_baseline`, ``"w_reinforce"`` → :func:`w_reinforce`.
+
+    ``kwargs`` may hold the union of the estimators' options (``eps``, ``scale_std``, ``lam``,
+    ``correct_threshold``), e.g. straight from a config; each is forwarded only to the estimators it
+    means something to and dropped for the others. A name outside that set raises ``TypeError``;
+    an unknown ``name`` raises ``ValueError`` listing the valid ones.
+    """
+    if name not in _ACCEPTED_KWARGS:
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ESTIMATORS)}")
+    unknown = set(kwargs) - _KNOWN_KWARGS
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument(s) {sorted(unknown)} for compute_advantages; "
+            f"known: {sorted(_KNOWN_KWARGS)}"
+        )
+    opts = {k: v for k, v in kwargs.items() if k in _ACCEPTED_KWARGS[name]}
+    if name == "grpo":
+        return grpo(rewards, group_size, **opts)
+    if name == "dr_grpo":
+        return dr_grpo(rewards, group_size)
+    if name == "rloo":
+        return rloo(rewards, group_size)
+    if name == "reinforce_pp":
+        return reinforce_pp_baseline(rewards, group_size, **opts)
+    return w_reinforce(rewards, group_size=group_size, **opts)
+
+
+def group_has_signal(rewards: Tensor, group_size: int) -> Tensor:
+    """[B // G] bool: True for groups whose rewards are not all equal (DAPO dynamic sampling,
+    Yu et al. 2025, keeps only these). The complement of :func:`zero_std_groups`; same errors."""
+    return ~zero_std_groups(rewards, group_size)
+
+
+def select_groups(num_groups_needed: int, signal: Tensor) -> Tensor:
+    """int64 indices of the first ``num_groups_needed`` groups whose ``signal`` is True, ascending.
+
+    For DAPO dynamic sampling (Yu et al. 2025): the data module samples rounds of groups, keeps the
+    groups with signal (see :func:`group_has_signal`) and stops once the batch is full. When fewer
+    than ``num_groups_needed`` groups have signal, all of them are returned (the caller samples another
+    round for the rest). The result is on ``signal``'s device. Raises ``ValueError`` when ``signal`` is
+    not a 1-D bool tensor or ``num_groups_needed < 0``.
+    """
+    if signal.dim() != 1 or signal.dtype != torch.bool:
+        raise ValueError(f"signal must be a 1-D bool tensor, got {signal.dtype} {tuple(signal.shape)}")
+    if num_groups_needed < 0:
+        raise ValueError(f"num_groups_needed must be >= 0, got {num_groups_needed}")
+    return torch.nonzero(signal).reshape(-1)[:num_groups_needed].to(torch.int64)

@@ -53,6 +53,7 @@ class PolicyModule(pl.LightningModule):
         self.kl_coef = self.algo.kl_coef
         self.rollout: RolloutBatch | None = None
         self._update_started = 0.0
+        self._grad_norm = torch.zeros(())
 
     # ---- forward -------------------------------------------------------------------------------
     def token_stats(
@@ -147,20 +148,22 @@ class PolicyModule(pl.LightningModule):
         return stats["loss"]
 
     def _clip_and_step(self, opt, sched) -> torch.Tensor:
-        params = [p for p in self.parameters() if p.grad is not None]
-        if params:
-            grads = [p.grad.detach().float().norm() for p in params]
-            grad_norm = torch.linalg.vector_norm(torch.stack(grads))
-        else:
-            grad_norm = torch.zeros((), device=self.device)
-        if not torch.isfinite(grad_norm):
-            raise FloatingPointError(f"non-finite gradient norm at global step {self.global_step}")
-        if self.optim_cfg.max_grad_norm > 0:
-            self.clip_gradients(opt, gradient_clip_val=self.optim_cfg.max_grad_norm, gradient_clip_algorithm="norm")
-        opt.step()
+        opt.step()  # runs on_before_optimizer_step (norm, clipping) after any fp16 unscaling
         opt.zero_grad(set_to_none=True)
         sched.step()
-        return grad_norm
+        return self._grad_norm
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Gradient norm and clipping, on unscaled gradients (Lightning unscales fp16 ones before this)."""
+        norms = [p.grad.detach().float().norm() for p in self.parameters() if p.grad is not None]
+        self._grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=self.device)
+        if not torch.isfinite(self._grad_norm):
+            if self.trainer.precision == "16-mixed":
+                return  # the loss scaler skips this step and lowers its scale
+            raise FloatingPointError(f"non-finite gradient norm at global step {self.global_step}")
+        if self.optim_cfg.max_grad_norm > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.optim_cfg.max_grad_norm,
+                                gradient_clip_algorithm="norm")
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg

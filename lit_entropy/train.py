@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -53,6 +54,9 @@ def check_knob_owners(callbacks: list[pl.Callback]) -> None:
 def run(cfg: DictConfig) -> dict[str, float]:
     """Fit one run; returns the final logged metrics as floats."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # The in-process vLLM engine initialises a one-process torch.distributed group, which makes
+    # Lightning suggest sync_dist for every epoch-level metric; on one device it changes nothing.
+    warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
     pl.seed_everything(cfg.seed, workers=True)
     policy = instantiate(cfg.model).build()
     engine = instantiate(cfg.rollout)

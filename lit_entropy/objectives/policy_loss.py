@@ -1,6 +1,14 @@
-"""PPO-style clipped policy loss and token-mean aggregation (DESIGN §7.2, §8).
+"""Policy losses and their aggregation (DESIGN §7.2, §8).
+
+* :func:`clipped_surrogate`: PPO clipped surrogate (Clip-Higher / DAPO via ``eps_high``, optional dual clip).
+* :func:`gspo_surrogate`: GSPO, one clipped importance ratio per sequence (Zheng et al. 2025).
+* :func:`aggregate` with the modes :data:`AGG_MODES` and the minibatch-global counts of
+  :func:`global_counts`, so gradient accumulation over micro-batches reproduces the minibatch loss.
+* :func:`entropy_bonus`: ``−coef·H̄``.
 
 Everything is computed in fp32 whatever the dtype of the inputs: a bf16-rounded ratio biases clipping.
+Per-token tensors are [B, L]; positions outside the mask are selected away with ``torch.where`` (never
+multiplied by 0), so garbage there (even NaN) cannot reach a result.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ def clipped_surrogate(
     eps_low: float,
     eps_high: float,
     dual_clip: float | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token clipped surrogate loss [B, L] (fp32) and per-token clip indicators.
 
@@ -33,17 +42,28 @@ def clipped_surrogate(
     The dict holds bool [B, L] tensors ``clipped_low`` (``A < 0`` and ``r < 1 − eps_low``: the clipped
     branch is active, no gradient), ``clipped_high`` (``A > 0`` and ``r > 1 + eps_high``),
     ``dual_clipped`` (``A < 0`` and the dual-clip cap is active) and the detached fp32 ``ratio``.
-    Masking is left to the aggregation.
+    Masking is left to the aggregation. With the optional ``mask`` [B, L], ``logp``, ``old_logp`` and
+    the advantages are replaced by 0 outside it (``torch.where``) before any arithmetic and the loss is
+    0 there: garbage in padding (e.g. NaN ``old_logp``) then cannot turn the zero gradient of the
+    masked-out positions into NaN (``0·NaN``) on its way back through ``exp``. Inside the mask the
+    result is the same as without it.
     """
     if eps_low < 0 or eps_high < 0:
         raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    if mask is not None:
+        mask = mask.bool()
+        zero = torch.zeros((), dtype=torch.float32, device=logp.device)
+        logp = torch.where(mask, logp.float(), zero)
+        old_logp = torch.where(mask, old_logp.float(), zero)
     r = ratio(logp, old_logp)
     adv = advantages.float()
     if adv.dim() == r.dim() - 1:  # per-sequence [B] against per-token [B, L]
         adv = adv.unsqueeze(-1)
     adv = adv.expand_as(r)
+    if mask is not None:
+        adv = torch.where(mask, adv, torch.zeros((), dtype=torch.float32, device=adv.device))
 
     unclipped = r * adv
     clipped = torch.clamp(r, 1.0 - eps_low, 1.0 + eps_high) * adv
@@ -61,6 +81,8 @@ def clipped_surrogate(
         info["dual_clipped"] = dual_active
     else:
         info["dual_clipped"] = torch.zeros_like(info["clipped_low"])
+    if mask is not None:
+        loss = torch.where(mask, loss, torch.zeros((), dtype=torch.float32, device=loss.device))
     info["ratio"] = r_detached
     return loss, info
 
@@ -92,3 +114,186 @@ def aggregate_token_mean(values: Tensor, mask: Tensor, num_tokens: float | Tenso
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     """``Σ values·M / Σ M`` in fp32; 0 (with a gradient path) when the mask is empty."""
     return aggregate_token_mean(values, mask)
+
+
+# ---- aggregation modes (DESIGN §7.2) ------------------------------------------------------------------
+
+AGG_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+
+Count = float | int | Tensor
+
+
+def _masked_values(values: Tensor, mask: Tensor) -> Tensor:
+    """fp32 ``values`` with every position outside ``mask`` replaced by 0 (``torch.where``: NaN-safe)."""
+    return torch.where(mask, values.float(), torch.zeros((), dtype=torch.float32, device=values.device))
+
+
+def _divide_by_count(total: Tensor, count: Count, name: str) -> Tensor:
+    """``total / count`` for a Python number or a 0-d tensor; a zero count gives ``total·0`` (grad path kept).
+
+    Tensor counts stay on the device (no host sync); Python counts are validated to be >= 0.
+    """
+    if isinstance(count, Tensor):
+        denom = count.to(device=total.device, dtype=torch.float32)
+        return torch.where(denom > 0, total / denom.clamp(min=1e-30), total * 0.0)
+    if not count >= 0:
+        raise ValueError(f"{name} must be a non-negative count, got {count}")
+    if count == 0:
+        return total * 0.0
+    return total / float(count)
+
+
+def global_counts(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``(num_tokens, num_seqs)`` of a minibatch: masked tokens and rows with at least one masked token.
+
+    Both are int64 0-d tensors on ``mask``'s device. Compute them once on the whole minibatch (and, with
+    several ranks, ``all_reduce`` them with SUM) and pass them to every micro-batch's :func:`aggregate`:
+    the micro-batch losses then sum exactly to the minibatch loss, however the minibatch is split.
+    Rows without any masked token (fully removed by a selection rule, rejected sequences, empty
+    responses) are *not* counted in ``num_seqs``: the sequence-level means renormalise over the rows that
+    are still in the loss.
+    """
+    mask = mask.bool()
+    return mask.sum(), mask.any(dim=-1).sum()
+
+
+def aggregate(
+    values: Tensor,
+    mask: Tensor,
+    mode: str,
+    num_tokens: Count | None = None,
+    num_seqs: Count | None = None,
+    norm_constant: float | None = None,
+) -> Tensor:
+    """Aggregate per-token ``values`` [B, L] over the tokens where ``mask`` [B, L] is True (fp32 scalar).
+
+    With ``v`` the values, ``m`` the mask, ``N`` = ``num_tokens``, ``S`` = ``num_seqs`` and ``C`` =
+    ``norm_constant``:
+
+    * ``token-mean``: ``Σ_{i,t} v_it·m_it / N``.
+    * ``seq-mean-token-mean``: ``(1/S)·Σ_i [Σ_t v_it·m_it / Σ_t m_it]`` (GRPO's per-sequence mean, then
+      a mean over sequences; a row with no masked token contributes 0).
+    * ``seq-mean-token-sum``: ``(1/S)·Σ_i Σ_t v_it·m_it``.
+    * ``seq-mean-token-sum-norm`` (Dr.GRPO, Liu et al. 2025, "Understanding R1-Zero-Like Training"):
+      ``(1/S)·Σ_i Σ_t v_it·m_it / C`` with ``C`` a fixed constant (e.g. the maximum response length),
+      so no per-sequence length normalisation. ``norm_constant`` is required (> 0) for this mode and
+      ignored by the others. (verl's mode of the same name divides by ``C`` only, without ``1/S``.)
+
+    ``N`` and ``S`` must be the counts of the *whole minibatch* (all micro-batches and ranks, see
+    :func:`global_counts`) when the minibatch is split for gradient accumulation; they default to the
+    counts of this call's ``mask`` (``S`` = rows with at least one masked token). ``num_seqs`` is ignored
+    by ``token-mean`` and ``num_tokens`` by the sequence modes. Counts may be Python numbers or 0-d
+    tensors; a zero count returns a zero that keeps the gradient path to ``values``. Positions outside
+    the mask never contribute, even when they hold NaN or inf (selected away with ``torch.where``).
+    """
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown aggregation mode {mode!r}; expected one of {AGG_MODES}")
+    mask = mask.bool()
+    masked = _masked_values(values, mask)
+    if mode == "token-mean":
+        if num_tokens is None:
+            num_tokens = mask.sum()
+        return _divide_by_count(masked.sum(), num_tokens, "num_tokens")
+
+    if num_seqs is None:
+        num_seqs = mask.any(dim=-1).sum()
+    row_sums = masked.sum(dim=-1)
+    if mode == "seq-mean-token-mean":
+        lengths = mask.sum(dim=-1)
+        row_means = row_sums / lengths.clamp(min=1).to(torch.float32)
+        seq_total = torch.where(lengths > 0, row_means, row_means * 0.0).sum()
+        return _divide_by_count(seq_total, num_seqs, "num_seqs")
+    if mode == "seq-mean-token-sum":
+        return _divide_by_count(row_sums.sum(), num_seqs, "num_seqs")
+    # seq-mean-token-sum-norm
+    if norm_constant is None or not norm_constant > 0:
+        raise ValueError(f"mode 'seq-mean-token-sum-norm' needs a norm_constant > 0, got {norm_constant}")
+    return _divide_by_count(row_sums.sum() / float(norm_constant), num_seqs, "num_seqs")
+
+
+def entropy_bonus(
+    entropy: Tensor,
+    mask: Tensor,
+    coef: float,
+    mode: str = "token-mean",
+    num_tokens: Count | None = None,
+    num_seqs: Count | None = None,
+    norm_constant: float | None = None,
+) -> Tensor:
+    """Entropy bonus term ``−coef·H̄`` to be *added* to the loss (DESIGN §7.2), fp32 scalar.
+
+    ``H̄ = aggregate(entropy, mask, mode, num_tokens, num_seqs, norm_constant)`` with the same mode and
+    global counts as the policy loss, so it is micro-batch invariant too. ``entropy`` [B, L] must carry
+    the gradient (e.g. from ``token_logprobs_and_entropy``); minimising the loss then raises the entropy
+    for ``coef > 0``.
+    """
+    return -float(coef) * aggregate(entropy, mask, mode, num_tokens, num_seqs, norm_constant)
+
+
+# ---- GSPO (Zheng et al. 2025) ---------------------------------------------------------------------------
+
+
+def gspo_surrogate(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO per-token loss [B, L] (fp32): one importance ratio per sequence (Zheng et al. 2025,
+    "Group Sequence Policy Optimization", GSPO-token form).
+
+    Sequence ratio over the row's masked (response) tokens ``y_i``:
+    ``s_i = exp( (1/|y_i|)·Σ_{t∈y_i} (logp_t − old_logp_t) )``.
+    Token form, so the gradient flows through each token's log-prob:
+    ``s_it = sg[s_i]·exp(logp_t − sg[logp_t])`` (value ``s_i``; ``∂s_it/∂logp_t = s_i``), and
+    ``l_it = −min(s_it·A_i, clip(s_it, 1 − eps_low, 1 + eps_high)·A_i)``.
+
+    The clipping decision is per sequence. Aggregated with ``seq-mean-token-mean`` (the intended mode)
+    the gradient is ``−(1/S)·Σ_i s_i·A_i·(1/|y_i|)·Σ_t ∇logp_t`` over unclipped sequences, which is GSPO's
+    sequence-level gradient; clipped sequences get none. ``advantages`` is per sequence [B] (per-token
+    [B, L] is accepted: GSPO-token). The ``mask`` defines ``y_i`` (a selection mask therefore also
+    changes the sequence ratio); positions outside it are replaced by zeros with ``torch.where`` before
+    any arithmetic, so garbage there (even NaN) yields a finite zero loss and an exactly zero gradient.
+    A row with no masked token gets ``s_i = 1`` and zero loss.
+
+    Info (all detached): bool [B, L] ``clipped_low`` (``A < 0``, ``s_i < 1 − eps_low``), ``clipped_high``
+    (``A > 0``, ``s_i > 1 + eps_high``) — the sequence decision broadcast to its masked tokens —,
+    ``dual_clipped`` (all False, for parity with :func:`clipped_surrogate`), ``ratio`` [B, L]
+    (``s_i`` broadcast) and ``seq_ratio`` [B].
+    """
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
+    mask = mask.bool()
+    zero = torch.zeros((), dtype=torch.float32, device=logp.device)
+    lp = torch.where(mask, logp.float(), zero)
+    old = torch.where(mask, old_logp.float(), zero)
+    adv = advantages.float()
+    if adv.dim() == lp.dim() - 1:
+        adv = adv.unsqueeze(-1)
+    adv = torch.where(mask, adv.expand_as(lp), zero)
+
+    lengths = mask.sum(dim=-1)
+    seq_log_ratio = (lp - old).sum(dim=-1) / lengths.clamp(min=1).to(torch.float32)
+    seq_ratio = torch.exp(seq_log_ratio.detach())  # sg[s_i]
+    token_ratio = seq_ratio.unsqueeze(-1) * torch.exp(lp - lp.detach())  # value s_i, d/dlogp_t = s_i
+
+    unclipped = token_ratio * adv
+    clipped = torch.clamp(token_ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    loss = torch.where(mask, -torch.minimum(unclipped, clipped), zero)
+
+    r = seq_ratio.unsqueeze(-1).expand_as(lp)
+    info = {
+        "clipped_low": mask & (adv < 0) & (r < 1.0 - eps_low),
+        "clipped_high": mask & (adv > 0) & (r > 1.0 + eps_high),
+        "dual_clipped": torch.zeros_like(mask),
+        "ratio": r,
+        "seq_ratio": seq_ratio,
+    }
+    return loss, info

@@ -3,7 +3,20 @@ import math
 import pytest
 import torch
 
-from lit_entropy.advantages import broadcast_to_tokens, grpo, zero_std_groups
+from lit_entropy.advantages import (
+    ESTIMATORS,
+    broadcast_to_tokens,
+    compute_advantages,
+    dr_grpo,
+    group_has_signal,
+    grpo,
+    reinforce_pp_baseline,
+    rloo,
+    select_groups,
+    unlikeliness_rewards,
+    w_reinforce,
+    zero_std_groups,
+)
 
 S2 = 1 / math.sqrt(2)  # G=2, rewards {1, 0}: mean 0.5, unbiased std sqrt(0.5) -> ±0.5/0.70711
 S4 = math.sqrt(3) / 2  # G=4, rewards {1,0,0,1}: mean 0.5, unbiased std sqrt(1/3) -> ±0.5*sqrt(3)
@@ -77,3 +90,259 @@ def test_broadcast_to_tokens_zero_on_padding():
     expected = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, 0.0, -1.0, 0.0]])
     torch.testing.assert_close(out, expected)
     assert out.dtype == torch.float32
+
+
+# ---- estimators beyond GRPO ------------------------------------------------------------------------
+
+# Shared hand example: G=4, group 0 = {1,0,0,1} (mean 0.5), group 1 all-equal {1,1,1,1}.
+R8 = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+BASELINE_FNS = [dr_grpo, rloo, reinforce_pp_baseline]
+
+
+def test_dr_grpo_hand_example_matches_grpo_without_std():
+    adv = dr_grpo(R8, group_size=4)
+    expected = torch.tensor([0.5, -0.5, -0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(adv, grpo(R8, 4, scale_std=False))
+    # mean of {3, 1, 2} is 2 -> {1, -1, 0}, no division by the std
+    torch.testing.assert_close(dr_grpo(torch.tensor([3.0, 1.0, 2.0]), 3), torch.tensor([1.0, -1.0, 0.0]))
+
+
+def test_rloo_hand_example():
+    # R_0 = 1, others {0, 0, 1} mean 1/3 -> 2/3; R_1 = 0, others {1, 0, 1} mean 2/3 -> -2/3.
+    # Equivalently G/(G-1)·(R - mean) = 4/3 · ±0.5 = ±2/3.
+    adv = rloo(R8, group_size=4)
+    t = 2.0 / 3.0
+    torch.testing.assert_close(adv, torch.tensor([t, -t, -t, t, 0.0, 0.0, 0.0, 0.0]))
+    # G=2 {3, 1}: 3 - 1 = 2, 1 - 3 = -2
+    torch.testing.assert_close(rloo(torch.tensor([3.0, 1.0]), 2), torch.tensor([2.0, -2.0]))
+
+
+def test_rloo_equals_explicit_leave_one_out_mean():
+    gen = torch.Generator().manual_seed(0)
+    for g in (2, 3, 5, 8):
+        r = torch.rand(4 * g, generator=gen, dtype=torch.float64)
+        expected = torch.empty_like(r)
+        for start in range(0, r.numel(), g):
+            for i in range(start, start + g):
+                others = [r[j].item() for j in range(start, start + g) if j != i]
+                expected[i] = r[i] - sum(others) / len(others)
+        torch.testing.assert_close(rloo(r, g), expected.float(), atol=1e-6, rtol=0)
+
+
+def test_reinforce_pp_hand_example():
+    # x = R - group mean = [.5, -.5, -.5, .5, 0, 0, 0, 0]; batch mean 0;
+    # population var = 4·0.25 / 8 = 1/8, std = 1/(2√2); x / std = ±√2, zeros stay 0.
+    s = math.sqrt(2)
+    expected = torch.tensor([s, -s, -s, s, 0.0, 0.0, 0.0, 0.0])
+    torch.testing.assert_close(reinforce_pp_baseline(R8, 4, eps=0.0), expected)
+    # default eps=1e-6: 0.5 / (0.353553 + 1e-6)
+    torch.testing.assert_close(reinforce_pp_baseline(R8, 4), expected * (1 / (1 + 1e-6 * 2 * s)))
+    # eps enters as std + eps: std = 1/(2√2), eps = 1/(2√2) -> ±√2/2
+    torch.testing.assert_close(reinforce_pp_baseline(R8, 4, eps=1 / (2 * s)), expected / 2)
+
+
+def test_reinforce_pp_whitens_over_sequences_population_std():
+    gen = torch.Generator().manual_seed(1)
+    r = torch.rand(48, generator=gen)
+    adv = reinforce_pp_baseline(r, 6, eps=0.0)
+    assert adv.dtype == torch.float32
+    assert abs(adv.mean().item()) < 1e-6
+    assert abs(adv.std(correction=0).item() - 1.0) < 1e-5  # population std is 1 ...
+    assert abs(adv.std(correction=1).item() - math.sqrt(48 / 47)) < 1e-5  # ... not the unbiased one
+    # Group-centring first: shifting one group's rewards by a constant changes nothing.
+    shifted = r.clone()
+    shifted[:6] += 10.0
+    torch.testing.assert_close(reinforce_pp_baseline(shifted, 6, eps=0.0), adv, atol=1e-5, rtol=0)
+    # Same ordering and sign as Dr.GRPO (a positive rescaling of it).
+    ratio = adv / dr_grpo(r, 6)
+    torch.testing.assert_close(ratio, ratio[:1].expand_as(ratio))
+
+
+def test_reinforce_pp_zero_variance_batch_gives_zeros():
+    for eps in (1e-6, 0.0):
+        adv = reinforce_pp_baseline(torch.tensor([0.3, 0.3, 1.0, 1.0, 0.0, 0.0]), 2, eps=eps)
+        assert torch.isfinite(adv).all()
+        assert (adv == 0).all()
+
+
+def test_w_reinforce_values():
+    adv = w_reinforce(R8)  # default: threshold 1.0, λ = 0.1, no baseline
+    expected = torch.tensor([0.1, -1.0, -1.0, 0.1, 0.1, 0.1, 0.1, 0.1])
+    torch.testing.assert_close(adv, expected)
+    assert adv.dtype == torch.float32
+    # threshold is inclusive: 0.5 >= 0.5 is correct
+    adv = w_reinforce(torch.tensor([0.7, 0.2, 0.5, 0.49]), correct_threshold=0.5, lam=0.5)
+    torch.testing.assert_close(adv, torch.tensor([0.5, -1.0, 0.5, -1.0]))
+    # all-equal groups still get ±: no baseline
+    torch.testing.assert_close(w_reinforce(torch.zeros(3)), torch.full((3,), -1.0))
+    # group_size is accepted, only checked; G = 1 is fine
+    torch.testing.assert_close(w_reinforce(R8, group_size=1), w_reinforce(R8))
+    torch.testing.assert_close(w_reinforce(R8, group_size=4), w_reinforce(R8))
+    with pytest.raises(ValueError, match="8.*3"):
+        w_reinforce(R8, group_size=3)
+    with pytest.raises(ValueError):
+        w_reinforce(torch.ones(2, 2))
+
+
+def test_estimators_all_equal_groups_zero():
+    r = torch.tensor([0.1, 0.1, 0.1, 1.0, 0.0, 0.0, 7.3, 7.3, 7.3], dtype=torch.float64)
+    for fn in BASELINE_FNS:
+        adv = fn(r, 3)
+        assert adv.dtype == torch.float32
+        assert torch.isfinite(adv).all()
+        assert (adv[:3] == 0).all() and (adv[6:] == 0).all(), fn.__name__
+        assert (adv[3:6] != 0).all()
+
+
+def test_estimators_group_size_one_error():
+    for fn in BASELINE_FNS:
+        with pytest.raises(ValueError, match="G=1"):
+            fn(torch.tensor([1.0, 0.0]), 1)
+    with pytest.raises(ValueError, match="G=1"):
+        compute_advantages("rloo", torch.tensor([1.0, 0.0]), 1)
+
+
+def test_estimators_shape_errors():
+    for fn in BASELINE_FNS:
+        with pytest.raises(ValueError, match="5.*3"):
+            fn(torch.ones(5), 3)
+        with pytest.raises(ValueError, match="1-D"):
+            fn(torch.ones(2, 4), 2)
+
+
+def test_estimators_fp32_output_from_other_dtypes():
+    for r in (R8.bfloat16(), R8.double(), R8.long(), R8.bool()):
+        for name in ESTIMATORS:
+            adv = compute_advantages(name, r, 4)
+            assert adv.dtype == torch.float32 and adv.shape == (8,), (name, r.dtype)
+            torch.testing.assert_close(adv, compute_advantages(name, R8, 4))
+
+
+# ---- unlikeliness reward ---------------------------------------------------------------------------
+
+
+def test_unlikeliness_ranks_with_ties():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    logp = torch.tensor([-0.5, -2.0, -1.0, -0.5, -1.0, -1.0, -1.0, -1.0])
+    # group 0 ascending: idx1 (-2.0) rank 0, idx2 (-1.0) rank 1, idx0 (-0.5) rank 2, idx3 (-0.5, tie,
+    # later index) rank 3; group 1 is all tied -> ranks 0, 1, 2, 3 in index order.
+    # factor = 1 - 0.25·rank/4 = 1, 0.9375, 0.875, 0.8125 for ranks 0..3.
+    out = unlikeliness_rewards(rewards, logp, group_size=4)
+    expected = torch.tensor([0.875, 1.0, 0.0, 0.8125, 1.0, 0.9375, 0.875, 0.8125])
+    torch.testing.assert_close(out, expected)
+    assert out.dtype == torch.float32
+
+
+def test_unlikeliness_beta_and_g2():
+    # G=2, β=0.5: the more likely sample (rank 1) is scaled by 1 - 0.5·1/2 = 0.75
+    out = unlikeliness_rewards(
+        torch.tensor([1.0, 1.0, 2.0, 4.0]), torch.tensor([-0.1, -3.0, -5.0, -4.0]), 2, beta_rank=0.5
+    )
+    torch.testing.assert_close(out, torch.tensor([0.75, 1.0, 2.0, 3.0]))
+    # β = 0 leaves rewards unchanged; G = 1 too (every rank is 0)
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    lp = torch.tensor([-1.0, -2.0, -3.0, -0.5])
+    torch.testing.assert_close(unlikeliness_rewards(r, lp, 2, beta_rank=0.0), r)
+    torch.testing.assert_close(unlikeliness_rewards(r, lp, 1), r)
+
+
+def test_unlikeliness_then_estimator_prefers_unlikely_correct():
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    lp = torch.tensor([-0.1, -3.0, -1.0, -2.0])  # idx1 is the unlikely correct sample
+    shaped = unlikeliness_rewards(r, lp, 4)
+    adv = compute_advantages("grpo", shaped, 4)
+    assert adv[1] > adv[0] > 0 > adv[2] and adv[2] == adv[3]
+
+
+def test_unlikeliness_errors():
+    with pytest.raises(ValueError, match="does not match"):
+        unlikeliness_rewards(torch.ones(4), torch.ones(3), 2)
+    with pytest.raises(ValueError, match="5.*2"):
+        unlikeliness_rewards(torch.ones(5), torch.ones(5), 2)
+    with pytest.raises(ValueError):
+        unlikeliness_rewards(torch.ones(4), torch.ones(4), 0)
+
+
+# ---- dispatcher --------------------------------------------------------------------------------------
+
+
+def test_dispatcher_maps_names():
+    assert ESTIMATORS == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce")
+    torch.testing.assert_close(compute_advantages("grpo", R8, 4), grpo(R8, 4))
+    torch.testing.assert_close(compute_advantages("dr_grpo", R8, 4), dr_grpo(R8, 4))
+    torch.testing.assert_close(compute_advantages("rloo", R8, 4), rloo(R8, 4))
+    torch.testing.assert_close(compute_advantages("reinforce_pp", R8, 4), reinforce_pp_baseline(R8, 4))
+    torch.testing.assert_close(compute_advantages("w_reinforce", R8, 4), w_reinforce(R8))
+    torch.testing.assert_close(compute_advantages("w_reinforce", R8, 1), w_reinforce(R8))
+
+
+def test_dispatcher_forwards_meaningful_kwargs_only():
+    r = torch.tensor([3.0, 1.0, 2.0])
+    torch.testing.assert_close(compute_advantages("grpo", r, 3, eps=1.0), torch.tensor([0.5, -0.5, 0.0]))
+    torch.testing.assert_close(
+        compute_advantages("grpo", r, 3, scale_std=False), torch.tensor([1.0, -1.0, 0.0])
+    )
+    torch.testing.assert_close(
+        compute_advantages("reinforce_pp", R8, 4, eps=0.0), reinforce_pp_baseline(R8, 4, eps=0.0)
+    )
+    torch.testing.assert_close(
+        compute_advantages("w_reinforce", r, 3, lam=0.5, correct_threshold=2.0),
+        torch.tensor([0.5, -1.0, 0.5]),
+    )
+    # a config-wide set of options: each estimator takes only what applies to it
+    opts = {"eps": 1.0, "lam": 0.3, "correct_threshold": 0.5, "scale_std": True}
+    torch.testing.assert_close(compute_advantages("rloo", R8, 4, **opts), rloo(R8, 4))
+    torch.testing.assert_close(compute_advantages("dr_grpo", R8, 4, **opts), dr_grpo(R8, 4))
+    torch.testing.assert_close(
+        compute_advantages("w_reinforce", R8, 4, **opts), w_reinforce(R8, correct_threshold=0.5, lam=0.3)
+    )
+
+
+def test_dispatcher_errors():
+    with pytest.raises(ValueError, match="ppo") as err:
+        compute_advantages("ppo", R8, 4)
+    for name in ESTIMATORS:
+        assert name in str(err.value)
+    with pytest.raises(TypeError, match="lamda"):
+        compute_advantages("w_reinforce", R8, 4, lamda=0.1)
+    with pytest.raises(ValueError, match="8.*3"):
+        compute_advantages("w_reinforce", R8, 3)
+
+
+# ---- dynamic sampling (DAPO) ------------------------------------------------------------------------
+
+
+def test_group_has_signal_is_complement():
+    r = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.5])
+    assert group_has_signal(r, 2).tolist() == [False, True, False, False]
+    assert group_has_signal(r, 4).tolist() == [True, True]
+    assert group_has_signal(R8, 4).tolist() == [True, False]
+    with pytest.raises(ValueError, match="G=1"):
+        group_has_signal(r, 1)
+
+
+def test_select_groups():
+    signal = torch.tensor([False, True, True, False, True])
+    out = select_groups(2, signal)
+    assert out.dtype == torch.int64 and out.tolist() == [1, 2]
+    assert select_groups(3, signal).tolist() == [1, 2, 4]
+    assert select_groups(10, signal).tolist() == [1, 2, 4]  # fewer than needed: all of them
+    empty = select_groups(0, signal)
+    assert empty.dtype == torch.int64 and empty.numel() == 0
+    assert select_groups(4, torch.zeros(3, dtype=torch.bool)).numel() == 0
+    # filling a batch of 3 groups over two rounds
+    r1 = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0])  # G=2: signal [F, T, T]
+    r2 = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0, 1.0])  # signal [F, T, T]
+    first = select_groups(3, group_has_signal(r1, 2))
+    second = select_groups(3 - first.numel(), group_has_signal(r2, 2))
+    assert first.tolist() == [1, 2] and second.tolist() == [1]
+
+
+def test_select_groups_errors():
+    with pytest.raises(ValueError, match="bool"):
+        select_groups(1, torch.tensor([1, 0]))
+    with pytest.raises(ValueError, match="bool"):
+        select_groups(1, torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=">= 0"):
+        select_groups(-1, torch.tensor([True]))
