@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
 
-ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo")
-LOSS_AGGREGATIONS = ("token-mean",)
+from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
+from lit_entropy.objectives import selection
+from lit_entropy.objectives.kl import KL_KINDS
+from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
+
+LOSSES = ("ppo", "gspo")
+REWARD_TRANSFORMS = ("unlikeliness",)
+_RULE_FUNCTIONS = {
+    "clip_cov": selection.clip_cov,
+    "kl_cov": selection.kl_cov,
+    "clip_b": selection.clip_b,
+    "clip_v": selection.clip_v,
+    "forking": selection.forking_tokens,
+}
+_RULE_EXTRA_ARGS = {"kl_cov": {"beta"}}  # used by kl_cov_loss rather than the selection itself
 
 
 @dataclass
@@ -15,7 +30,15 @@ class AlgoConfig:
     name: str = "grpo"
     """Preset name (for run names and logs)."""
     advantage: str = "grpo"
-    """Advantage estimator: ``grpo`` (group mean and std) or ``dr_grpo`` (group mean only)."""
+    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce (DESIGN §7.1)."""
+    advantage_args: dict[str, Any] = field(default_factory=dict)
+    """Extra estimator arguments, e.g. ``{lam: 0.1}`` for w_reinforce."""
+    reward_transform: str | None = None
+    """``unlikeliness`` (He et al. 2025): rank penalty on likely samples before the estimator."""
+    beta_rank: float = 0.25
+    """Unlikeliness rank penalty."""
+    loss: str = "ppo"
+    """``ppo``: per-token clipped ratio; ``gspo``: one clipped ratio per sequence (Zheng et al. 2025)."""
     eps_low: float = 0.2
     """Lower clip range: the ratio is clipped at ``1 - eps_low`` (initial value of the knob)."""
     eps_high: float = 0.2
@@ -23,11 +46,23 @@ class AlgoConfig:
     dual_clip: float | None = None
     """Dual-clip constant c for negative advantages (None = off; 3 is the usual value)."""
     loss_agg: str = "token-mean"
-    """How token losses become one number: ``token-mean`` over the global minibatch."""
+    """token-mean, seq-mean-token-mean, seq-mean-token-sum or seq-mean-token-sum-norm (global counts)."""
+    loss_norm_constant: float | None = None
+    """The fixed divisor of ``seq-mean-token-sum-norm`` (e.g. the maximum response length)."""
+    selection: str | None = None
+    """Token selection rule: clip_cov, kl_cov, clip_b, clip_v, forking (DESIGN §7.3), or null."""
+    selection_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the rule (e.g. ``{rho: 2e-4}`` for clip_cov, ``{k: 2e-3, beta: 1}`` for kl_cov)."""
     entropy_coef: float = 0.0
     """Initial entropy-bonus coefficient (knob); 0 = off."""
     kl_coef: float = 0.0
-    """Initial KL-to-reference coefficient (knob); 0 = off."""
+    """Initial KL-to-reference coefficient (knob); 0 = off and no reference model is loaded."""
+    kl_kind: str = "k3"
+    """KL estimator: k1, k2 or k3 (Schulman 2020)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal, and draw more prompts to refill the batch."""
+    max_sampling_rounds: int = 3
+    """With dynamic sampling: extra generation rounds at most per iteration."""
     num_minibatches: int = 2
     """Optimizer steps per pass over the rollout batch."""
     ppo_epochs: int = 1
@@ -36,6 +71,10 @@ class AlgoConfig:
     """Sequences per forward/backward; gradients are accumulated over a minibatch's micro-batches."""
 
     def __post_init__(self) -> None:
+        self.advantage_args = dict(self.advantage_args or {})
+        self.selection_args = dict(self.selection_args or {})
+        self._check_choices()
+        self._check_combinations()
         if self.advantage not in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"algo.advantage={self.advantage!r}; choose one of {ADVANTAGE_ESTIMATORS}")
         if self.loss_agg not in LOSS_AGGREGATIONS:
@@ -49,9 +88,51 @@ class AlgoConfig:
         for name in ("num_minibatches", "ppo_epochs", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 1")
-        for name in ("entropy_coef", "kl_coef"):
+        for name in ("entropy_coef", "kl_coef", "beta_rank", "max_sampling_rounds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 0")
+
+    def _check_choices(self) -> None:
+        for name, value, allowed in (
+            ("loss", self.loss, LOSSES),
+            ("kl_kind", self.kl_kind, KL_KINDS),
+            ("reward_transform", self.reward_transform, (None, *REWARD_TRANSFORMS)),
+            ("selection", self.selection, (None, *_RULE_FUNCTIONS)),
+        ):
+            if value not in allowed:
+                raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
+        if self.selection is not None:
+            params = set(inspect.signature(_RULE_FUNCTIONS[self.selection]).parameters)
+            allowed_args = (params - {"logp", "advantages", "mask", "already_clipped", "generator", "S", "N",
+                                      "entropy"}) | _RULE_EXTRA_ARGS.get(self.selection, set())
+            unknown = set(self.selection_args) - allowed_args
+            if unknown:
+                raise ValueError(
+                    f"algo.selection_args {sorted(unknown)} are not arguments of {self.selection}; "
+                    f"it takes {sorted(allowed_args)}"
+                )
+        elif self.selection_args:
+            raise ValueError("algo.selection_args given but algo.selection is null")
+
+    def _check_combinations(self) -> None:
+        """Combinations that cannot work fail here, at start-up, naming both sides."""
+        if self.loss == "gspo" and self.selection in ("clip_cov", "kl_cov"):
+            raise ValueError(
+                f"algo.loss=gspo uses one ratio per sequence; algo.selection={self.selection} acts on "
+                "per-token ratios and covariances: pick one"
+            )
+        if self.dual_clip is not None and (self.loss == "gspo" or self.selection == "kl_cov"):
+            raise ValueError(
+                "algo.dual_clip applies to the per-token PPO ratio; it has no meaning with "
+                f"algo.loss={self.loss} / algo.selection={self.selection}"
+            )
+        if self.loss_agg == "seq-mean-token-sum-norm" and not (self.loss_norm_constant or 0) > 0:
+            raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs algo.loss_norm_constant > 0")
+        if self.advantage == "w_reinforce" and self.dynamic_sampling:
+            raise ValueError(
+                "algo.dynamic_sampling drops all-equal groups, but algo.advantage=w_reinforce has no "
+                "baseline and learns from them: pick one"
+            )
 
 
 @dataclass

@@ -11,6 +11,7 @@ Knobs the loss reads every step, and which entropy controllers may change: ``eps
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import Any
@@ -21,8 +22,10 @@ import torch
 from lit_entropy import advantages as adv
 from lit_entropy.algo import AlgoConfig, OptimConfig
 from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
-from lit_entropy.objectives.policy_loss import aggregate_token_mean, clipped_surrogate, masked_mean
+from lit_entropy.objectives.objective import Knobs, micro_batch_loss, needs_current_logp, select_tokens
+from lit_entropy.objectives.policy_loss import masked_mean
 
 
 class PolicyModule(pl.LightningModule):
@@ -52,47 +55,70 @@ class PolicyModule(pl.LightningModule):
         self.entropy_coef = self.algo.entropy_coef
         self.kl_coef = self.algo.kl_coef
         self.rollout: RolloutBatch | None = None
+        self.selection_generator = torch.Generator().manual_seed(0)
+        # Frozen reference for the KL term, loaded only when it is used; kept out of the module's
+        # submodules so it is neither optimised nor checkpointed (it is the initial policy).
+        self.ref_model: torch.nn.Module | None = None
+        if self.algo.kl_coef > 0:
+            ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+            object.__setattr__(self, "ref_model", ref)
         self._update_started = 0.0
         self._grad_norm = torch.zeros(())
 
     # ---- forward -------------------------------------------------------------------------------
     def token_stats(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """fp32 log-prob of each token and the full-vocabulary entropy, aligned with ``input_ids``."""
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask.long()).logits
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True,
+        with_scores: bool = False, model: torch.nn.Module | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """fp32 per-token log-prob and full-vocabulary entropy (and S, N scores), aligned with ``input_ids``."""
+        logits = (model or self.model)(input_ids=input_ids, attention_mask=attention_mask.long()).logits
         shifted, targets = shift_for_causal_lm(logits, input_ids)
-        logp, ent = token_logprobs_and_entropy(
-            shifted, targets, temperature=self.temperature, chunk_size=self.logit_chunk_size,
-            with_entropy=with_entropy,
-        )
-        return align_to_input(logp), (align_to_input(ent) if ent is not None else None)
+        chunk = self.logit_chunk_size
+        logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
+                                               with_entropy=with_entropy)
+        out = (align_to_input(logp), align_to_input(ent) if ent is not None else None)
+        if with_scores:
+            S, N = token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
+            out = (*out, align_to_input(S), align_to_input(N))
+        return out
+
+    @torch.no_grad()
+    def _no_grad_pass(self, input_ids, attention_mask, **kw) -> list[torch.Tensor]:
+        """``token_stats`` over micro-batches in eval mode, outputs concatenated on the CPU."""
+        was_training = self.model.training
+        self.model.eval()
+        parts: list[list[torch.Tensor]] = []
+        step = self.algo.micro_batch_size
+        for s in range(0, input_ids.shape[0], step):
+            out = self.token_stats(input_ids[s : s + step].to(self.device),
+                                   attention_mask[s : s + step].to(self.device), **kw)
+            parts.append([o.cpu() for o in out if o is not None])
+        self.model.train(was_training)
+        return [torch.cat(col) for col in zip(*parts, strict=True)]
 
     @torch.no_grad()
     def prepare_rollout(self, batch: RolloutBatch) -> None:
-        """Advantages and the pre-update pass (old log-probs, entropy, mismatch); logs ``rollout/entropy``."""
+        """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
-        batch.advantages = adv.grpo(
-            batch.rewards, batch.group_size, scale_std=self.algo.advantage == "grpo"
-        ).to(torch.float32)
-        batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()
-        was_training = self.model.training
-        self.model.eval()
-        logps, ents = [], []
-        step = self.algo.micro_batch_size
-        for s in range(0, batch.batch_size, step):
-            ids = batch.input_ids[s : s + step].to(self.device)
-            mask = batch.attention_mask[s : s + step].to(self.device)
-            lp, en = self.token_stats(ids, mask, with_entropy=True)
-            logps.append(lp.cpu())
-            ents.append(en.cpu())
-        self.model.train(was_training)
-        batch.old_logp = torch.cat(logps)
-        batch.entropy = torch.cat(ents)
+        scores = self.algo.selection in ("clip_b", "clip_v")
+        out = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=True, with_scores=scores)
+        batch.old_logp, batch.entropy = out[0], out[1]
+        if scores:
+            batch.disc_s, batch.disc_n = out[2], out[3]
+        if self.ref_model is not None:
+            batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False,
+                                                model=self.ref_model)[0]
         resp = batch.response_mask
         finite = torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()
         if not finite:
             raise FloatingPointError("non-finite log-prob or entropy in the pre-update pass")
+        rewards = batch.rewards
+        if self.algo.reward_transform == "unlikeliness":
+            seq_logp = torch.where(resp, batch.old_logp, 0.0).sum(-1) / resp.sum(-1).clamp(min=1)
+            rewards = adv.unlikeliness_rewards(rewards, seq_logp, batch.group_size, beta_rank=self.algo.beta_rank)
+        batch.advantages = adv.compute_advantages(self.algo.advantage, rewards, batch.group_size,
+                                                  **self.algo.advantage_args)
+        batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()
         mismatch = (batch.sampler_logp - batch.old_logp).abs()[resp]
         batch.metrics.update(
             {
@@ -104,48 +130,57 @@ class PolicyModule(pl.LightningModule):
         )
 
     # ---- update ----------------------------------------------------------------------------------
+    def knobs(self) -> Knobs:
+        return Knobs(self.eps_low, self.eps_high, self.entropy_coef, self.kl_coef)
+
     def training_step(self, minibatch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        opt = self.optimizers()
-        sched = self.lr_schedulers()
-        mask_all = minibatch["response_mask"]
-        num_tokens = mask_all.sum()
-        stats = {k: torch.zeros((), device=self.device) for k in ("loss", "clip_low", "clip_high", "ratio", "ent")}
-        step = self.algo.micro_batch_size
-        n = mask_all.shape[0]
+        """One optimizer step: selection over the whole minibatch, then accumulated micro-batches."""
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        if minibatch["input_ids"].shape[0] == 0:  # a rollout hook rejected every row: nothing to learn
+            return torch.zeros((), device=self.device)
+        knobs = self.knobs()
+        current = None
+        if needs_current_logp(self.algo):
+            current = self._no_grad_pass(minibatch["input_ids"], minibatch["attention_mask"],
+                                         with_entropy=False)[0].to(self.device)
+        sel = select_tokens(self.algo, minibatch, knobs, current, self.selection_generator)
+        need_entropy_grad = knobs.entropy_coef > 0
+        sums: dict[str, torch.Tensor] = {}
+        loss_total = torch.zeros((), device=self.device)
+        step, n = self.algo.micro_batch_size, minibatch["input_ids"].shape[0]
         for s in range(0, n, step):
-            mb = {k: v[s : s + step] for k, v in minibatch.items()}
-            mask = mb["response_mask"]
+            rows = slice(s, s + step)
+            mb = {k: v[rows] for k, v in minibatch.items()}
             logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
-            loss_tok, info = clipped_surrogate(
-                logp, mb["old_logp"], mb["token_advantages"], self.eps_low, self.eps_high, self.algo.dual_clip
-            )
-            loss = aggregate_token_mean(loss_tok, mask, num_tokens=num_tokens)
+            if not need_entropy_grad:
+                ent = ent.detach()
+            loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows), logp, ent)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             self.manual_backward(loss)
-            with torch.no_grad():
-                ratio = torch.exp(logp - mb["old_logp"])
-                stats["loss"] += loss.detach()
-                stats["clip_low"] += (info["clipped_low"] & mask).sum()
-                stats["clip_high"] += (info["clipped_high"] & mask).sum()
-                stats["ratio"] += (ratio * mask).sum()
-                stats["ent"] += (ent.detach() * mask).sum()
-        denom = num_tokens.clamp(min=1)
+            loss_total += loss.detach()
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0) + v
         grad_norm = self._clip_and_step(opt, sched)
+        denom = sel.num_tokens.clamp(min=1)
         metrics = {
-            "train/loss": stats["loss"],
-            "train/pg_loss": stats["loss"],
-            "train/entropy": stats["ent"] / denom,
-            "train/clipfrac_low": stats["clip_low"] / denom,
-            "train/clipfrac_high": stats["clip_high"] / denom,
-            "train/ratio_mean": stats["ratio"] / denom,
+            "train/loss": loss_total,
+            "train/pg_loss": sums.get("pg_loss", loss_total),
+            "train/entropy": sums.get("entropy", torch.zeros(())) / denom,
+            "train/clipfrac_low": sums.get("clip_low", torch.zeros(())) / denom,
+            "train/clipfrac_high": sums.get("clip_high", torch.zeros(())) / denom,
+            "train/ratio_mean": sums.get("ratio", torch.zeros(())) / denom,
             "train/grad_norm": grad_norm,
             "train/lr": torch.tensor(opt.param_groups[0]["lr"]),
         }
+        if "kl" in sums:
+            metrics["train/kl_ref"] = sums["kl"] / denom
+        if sel.frac is not None:
+            metrics[f"train/masked_frac_{self.algo.selection}"] = torch.tensor(sel.frac)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)
-        self.log("train/loss_epoch", stats["loss"], on_step=False, on_epoch=True, batch_size=n, prog_bar=True,
+        self.log("train/loss_epoch", loss_total, on_step=False, on_epoch=True, batch_size=n, prog_bar=True,
                  sync_dist=True)
-        return stats["loss"]
+        return loss_total
 
     def _clip_and_step(self, opt, sched) -> torch.Tensor:
         opt.step()  # runs on_before_optimizer_step (norm, clipping) after any fp16 unscaling
@@ -173,6 +208,10 @@ class PolicyModule(pl.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ---- per-iteration logging -------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self.ref_model is not None:
+            self.ref_model.to(self.device)
+
     def on_train_epoch_start(self) -> None:
         self._update_started = time.perf_counter()
         if self.rollout is None:

@@ -36,6 +36,12 @@ class RolloutBatch:
     """[B, L] fp32 log-probs of the trainer's policy before the update (PPO denominators)."""
     entropy: torch.Tensor | None = None
     """[B, L] fp32 full-vocabulary entropy at the rollout temperature, before the update."""
+    disc_s: torch.Tensor | None = None
+    """[B, L] fp32 discriminator score S_t = p_t·(H_t + log p_t) (only when a rule needs it)."""
+    disc_n: torch.Tensor | None = None
+    """[B, L] fp32 its on-policy baseline N_t = Σ_v p_v²·(H_t + log p_v) (only when a rule needs it)."""
+    ref_logp: torch.Tensor | None = None
+    """[B, L] fp32 log-probs of the frozen reference policy (only when the KL term is on)."""
     keep: torch.Tensor | None = None
     """[B] bool; rows a rollout hook rejected are False and leave the loss."""
     prompts: list[str] = field(default_factory=list)

@@ -27,8 +27,8 @@ class PromptSource(ABC):
     reward_kwargs: dict[str, Any]
 
     @abstractmethod
-    def sample(self, n: int, iteration: int) -> list[Prompt]:
-        """``n`` prompts for RL iteration ``iteration``."""
+    def sample(self, n: int, iteration: int, round: int = 0) -> list[Prompt]:
+        """``n`` prompts for RL iteration ``iteration`` (``round`` > 0: dynamic sampling's refills)."""
 
 
 class CountdownPrompts(PromptSource):
@@ -40,6 +40,7 @@ class CountdownPrompts(PromptSource):
         self.reward_fn = countdown_reward
         self.reward_kwargs = {"use_all": self.task.use_all, "format_reward": format_reward}
 
-    def sample(self, n: int, iteration: int) -> list[Prompt]:
-        seed = random.Random(f"{self.seed}:{iteration}").randrange(2**31)
+    def sample(self, n: int, iteration: int, round: int = 0) -> list[Prompt]:
+        key = f"{self.seed}:{iteration}" if round == 0 else f"{self.seed}:{iteration}:{round}"
+        seed = random.Random(key).randrange(2**31)
         return [Prompt(format_prompt(p)) for p in generate_problems(n, seed=seed, config=self.task)]

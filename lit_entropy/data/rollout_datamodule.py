@@ -111,36 +111,70 @@ class RolloutDataModule(pl.LightningDataModule):
         return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
 
     def collect(self, module: Any, iteration: int) -> RolloutBatch:
-        """Steps 1–5: sync, prompts, generate, score, advantages and the pre-update pass."""
+        """Steps 1–5: sync, prompts, generate, score, advantages and the pre-update pass.
+
+        With ``algo.dynamic_sampling`` (DAPO) groups whose rewards are all equal are dropped and more
+        prompts are drawn, up to ``algo.max_sampling_rounds`` extra rounds, until the batch is full.
+        """
         self._ensure_started(module)
-        metrics: dict[str, float] = {}
+        algo = module.algo
+        metrics: dict[str, float] = {"time/generate": 0.0, "time/score": 0.0}
         t0 = time.perf_counter()
         self.engine.sync_weights(module.model)
         metrics["time/sync"] = time.perf_counter() - t0
-
-        prompts = self.prompts.sample(self.prompts_per_iter, iteration)
+        rounds = 1 + (algo.max_sampling_rounds if algo.dynamic_sampling else 0)
+        kept: list[tuple] = []  # (prompt, prompt ids, generations, rewards, texts) per group
+        first_round_metrics: dict[str, float] = {}
+        errors = 0
+        for rnd in range(rounds):
+            groups, round_metrics, round_errors = self._generate_round(module, iteration, rnd, metrics)
+            errors += round_errors
+            if rnd == 0:
+                first_round_metrics, first_groups = round_metrics, groups
+            if algo.dynamic_sampling:
+                groups = [g for g in groups if max(g[3]) != min(g[3])]
+            kept.extend(groups[: self.prompts_per_iter - len(kept)])
+            if len(kept) >= self.prompts_per_iter:
+                break
+        signal_groups = len(kept)
+        if not kept:  # nothing to learn from: keep the first round (zero advantages, a no-op update)
+            log.warning("iteration %d: every group had equal rewards in %d rounds", iteration, rounds)
+            kept = first_groups
         tok = module.tokenizer
+        batch = build_batch([g[1] for g in kept], [g[2] for g in kept], [r for g in kept for r in g[3]],
+                            self.group_size, pad_id=tok.pad_id)
+        batch.prompts = [g[0].text for g in kept for _ in range(self.group_size)]
+        batch.completions = [t for g in kept for t in g[4]]
+        metrics.update(first_round_metrics)  # rollout/* describe what the policy generated
+        metrics["rollout/reward_errors"] = float(errors)
+        if algo.dynamic_sampling:
+            metrics["rollout/sampling_rounds"] = float(rnd + 1)
+            metrics["rollout/kept_groups_frac"] = signal_groups / self.prompts_per_iter
+        module.prepare_rollout(batch)
+        batch.metrics = {**metrics, **batch.metrics}
+        return batch
+
+    def _generate_round(self, module: Any, iteration: int, rnd: int, metrics: dict) -> tuple[list, dict, int]:
+        tok = module.tokenizer
+        prompts = self.prompts.sample(self.prompts_per_iter, iteration, rnd)
         prompt_ids = [tok.encode(p.text, add_bos=True) for p in prompts]
         t0 = time.perf_counter()
-        seed = random.Random(f"{self.seed}:gen:{iteration}").randrange(2**30)
+        seed = random.Random(f"{self.seed}:gen:{iteration}:{rnd}").randrange(2**30)
         gens = self.engine.generate(prompt_ids, self.group_size, self.sampling, seed=seed)
-        metrics["time/generate"] = time.perf_counter() - t0
-
+        metrics["time/generate"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         flat = [g for per_prompt in gens for g in per_prompt]
         texts = [tok.decode([t for t in g.token_ids if t != tok.eos_id]) for g in flat]
         row_prompts = [p.text for p in prompts for _ in range(self.group_size)]
         refs = [p.reference for p in prompts for _ in range(self.group_size)]
         scores, stats = self.rewards.score(row_prompts, texts, refs)
-        metrics["time/score"] = time.perf_counter() - t0
-
+        metrics["time/score"] += time.perf_counter() - t0
         batch = build_batch(prompt_ids, gens, scores, self.group_size, pad_id=tok.pad_id)
-        batch.prompts, batch.completions = row_prompts, texts
-        metrics.update(rollout_metrics(batch, flat, texts, self.correct_threshold))
-        metrics["rollout/reward_errors"] = float(stats.errors + stats.timeouts + stats.non_finite)
-        module.prepare_rollout(batch)
-        batch.metrics = {**metrics, **batch.metrics}
-        return batch
+        round_metrics = rollout_metrics(batch, flat, texts, self.correct_threshold)
+        G = self.group_size
+        groups = [(p, ids, g, scores[i * G : (i + 1) * G], texts[i * G : (i + 1) * G])
+                  for i, (p, ids, g) in enumerate(zip(prompts, prompt_ids, gens, strict=True))]
+        return groups, round_metrics, stats.errors + stats.timeouts + stats.non_finite
 
 
 def build_batch(

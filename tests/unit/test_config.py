@@ -85,3 +85,12 @@ def test_unknown_key_inside_a_config_file_names_itself(tmp_path: Path):
     cfg.algo.epsilon = 0.3
     with pytest.raises(InstantiationException, match="epsilon"):
         instantiate(cfg.algo)
+
+
+@pytest.mark.parametrize("preset", options("algo"))
+def test_every_algo_preset_instantiates_with_every_controller(preset):
+    for controller in options("callbacks/entropy"):
+        cfg = compose_train([f"algo={preset}", f"callbacks/entropy={controller}", *OUT])
+        algo = instantiate(cfg.algo)
+        assert algo.name == preset
+        instantiate_callbacks(cfg.callbacks)

@@ -94,3 +94,9 @@ def test_rejected_rows_leave_the_minibatches():
     mbs = batch.minibatches(2, generator=torch.Generator().manual_seed(0))
     assert sum(mb["input_ids"].shape[0] for mb in mbs) == 4
     assert all((mb["advantages"] > 0).all() for mb in mbs)
+
+
+def test_all_rows_rejected_gives_no_minibatches():
+    batch = make_batch(0.9, [-1.0] * 4)
+    batch.keep = torch.zeros(4, dtype=torch.bool)
+    assert batch.minibatches(2) == []
