@@ -6,7 +6,7 @@ one optimizer step on a minibatch, accumulated over micro-batches with the minib
 count as the normaliser (manual optimisation, so no hidden division by the accumulation count).
 
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
-``entropy_coef``, ``kl_coef``.
+``entropy_coef``, ``kl_coef``, ``pic_alpha``.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class PolicyModule(pl.LightningModule):
         self.eps_high = self.algo.eps_high
         self.entropy_coef = self.algo.entropy_coef
         self.kl_coef = self.algo.kl_coef
+        self.pic_alpha = 0.0
         self.rollout: RolloutBatch | None = None
         self.selection_generator = torch.Generator().manual_seed(0)
         # Frozen reference for the KL term, loaded only when it is used; kept out of the module's
@@ -131,7 +132,7 @@ class PolicyModule(pl.LightningModule):
 
     # ---- update ----------------------------------------------------------------------------------
     def knobs(self) -> Knobs:
-        return Knobs(self.eps_low, self.eps_high, self.entropy_coef, self.kl_coef)
+        return Knobs(self.eps_low, self.eps_high, self.entropy_coef, self.kl_coef, self.pic_alpha)
 
     def training_step(self, minibatch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """One optimizer step: selection over the whole minibatch, then accumulated micro-batches."""

@@ -2,15 +2,22 @@
 
 ``p = iteration / (total − 1)``: 0 at the first iteration, 1 at the last (see :func:`progress`).
 Every schedule clamps ``p`` to [0, 1] before evaluating.
+
+Kinds (:func:`make_schedule`): ``constant`` (``start``), ``linear`` / ``cosine`` (``start`` → ``end``),
+``piecewise`` (``points = [[p, value], ...]``, linear between the points) and any callable
+``p -> float`` given as an import path. :class:`BandSchedule` pairs two of them into an entropy band.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-SCHEDULE_KINDS = ("constant", "linear", "cosine")
+SCHEDULE_KINDS = ("constant", "linear", "cosine", "piecewise")
+BAND_KINDS = (*SCHEDULE_KINDS, "callable")
 
 
 def progress(iteration: int, total: int) -> float:
@@ -76,6 +83,69 @@ class CosineSchedule(Schedule):
         return f"CosineSchedule({self.start}, {self.end})"
 
 
+def _number(x: Any, what: str) -> float:
+    try:
+        value = float(x)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} must be a number, got {x!r}") from err
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value}")
+    return value
+
+
+class PiecewiseLinearSchedule(Schedule):
+    """Linear interpolation through ``points = [(p0, v0), (p1, v1), ...]``, constant outside them.
+
+    The ``p`` must lie in [0, 1] and be sorted (non-decreasing). Two points may share a ``p`` to make a
+    jump; the schedule is then right-continuous (at that ``p`` it takes the later point's value). A
+    single point is a constant.
+    """
+
+    def __init__(self, points: Sequence[Sequence[float]]) -> None:
+        if points is None or isinstance(points, (str, bytes, Mapping)) or not hasattr(points, "__iter__"):
+            raise ValueError(f"piecewise schedule needs a list of [p, value] points, got {points!r}")
+        parsed: list[tuple[float, float]] = []
+        for i, point in enumerate(points):
+            if isinstance(point, (str, bytes)) or not hasattr(point, "__len__") or len(point) != 2:
+                raise ValueError(f"piecewise schedule point {i} must be a [p, value] pair, got {point!r}")
+            p = _number(point[0], f"piecewise schedule point {i}: p")
+            v = _number(point[1], f"piecewise schedule point {i}: value")
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"piecewise schedule point {i}: p={p} is outside [0, 1]")
+            parsed.append((p, v))
+        if not parsed:
+            raise ValueError("piecewise schedule needs at least one [p, value] point, got none")
+        for i in range(1, len(parsed)):
+            if parsed[i][0] < parsed[i - 1][0]:
+                raise ValueError(
+                    f"piecewise schedule points must be sorted by p: point {i} has p={parsed[i][0]} "
+                    f"after p={parsed[i - 1][0]}"
+                )
+            if i >= 2 and parsed[i][0] == parsed[i - 2][0]:
+                raise ValueError(
+                    f"piecewise schedule has three points at p={parsed[i][0]}; at most two (a jump)"
+                )
+        self.points = tuple(parsed)
+        self._ps = [p for p, _ in parsed]
+
+    @property
+    def knots(self) -> tuple[float, ...]:
+        return tuple(self._ps)
+
+    def value(self, p: float) -> float:
+        pts = self.points
+        if p < pts[0][0]:
+            return pts[0][1]
+        i = bisect_right(self._ps, p)  # pts[i - 1].p <= p < pts[i].p
+        if i >= len(pts):
+            return pts[-1][1]
+        (p0, v0), (p1, v1) = pts[i - 1], pts[i]
+        return v0 + (v1 - v0) * (p - p0) / (p1 - p0)
+
+    def __repr__(self) -> str:
+        return f"PiecewiseLinearSchedule({[list(pt) for pt in self.points]})"
+
+
 class CallableSchedule(Schedule):
     """``h(p) = fn(p)`` for any user callable ``p -> float``."""
 
@@ -110,15 +180,41 @@ def _resolve_callable(path: str) -> Callable[[float], float]:
     return obj
 
 
-def make_schedule(kind: str, start: float | None = None, end: float | None = None) -> Schedule:
-    """Schedule factory.
+def make_schedule(
+    kind: str | Callable[[float], float],
+    start: float | None = None,
+    end: float | None = None,
+    points: Sequence[Sequence[float]] | None = None,
+) -> Schedule:
+    """Schedule factory; callers may pass a YAML mapping as ``make_schedule(**{kind, start, end, points})``.
 
-    ``kind`` is one of ``constant`` (``start``), ``linear`` / ``cosine`` (``start`` → ``end``), or an
-    import path ``"pkg.module:function"`` / ``"pkg.module.function"`` to a callable ``p -> float``
-    (wrapped in :class:`CallableSchedule`; ``start`` and ``end`` are then unused).
+    ``kind`` is one of
+
+    * ``constant`` — ``start``;
+    * ``linear`` / ``cosine`` — ``start`` → ``end``;
+    * ``piecewise`` — ``points = [[p, value], ...]`` (:class:`PiecewiseLinearSchedule`);
+    * an import path ``"pkg.module:function"`` / ``"pkg.module.function"`` to a callable ``p -> float``
+      (wrapped in :class:`CallableSchedule`; ``start``, ``end`` and ``points`` are then unused);
+    * a :class:`Schedule` (returned as is) or any callable (wrapped).
     """
+    if isinstance(kind, Schedule):
+        return kind
+    if callable(kind):
+        return CallableSchedule(kind)
+    if not isinstance(kind, str):
+        raise ValueError(f"schedule kind must be a string, a Schedule or a callable, got {kind!r}")
     name = kind.strip().lower()
+    if name == "piecewise":
+        if points is None:
+            raise ValueError("schedule kind 'piecewise' needs points=[[p, value], ...]")
+        if start is not None or end is not None:
+            raise ValueError(
+                f"schedule kind 'piecewise' takes points, not start/end (got start={start}, end={end})"
+            )
+        return PiecewiseLinearSchedule(points)
     if name in SCHEDULE_KINDS:
+        if points is not None:
+            raise ValueError(f"schedule kind {kind!r} takes start/end, not points; use kind='piecewise'")
         if start is None:
             raise ValueError(f"schedule kind {kind!r} needs a start value")
         if name == "constant":
@@ -134,11 +230,34 @@ def make_schedule(kind: str, start: float | None = None, end: float | None = Non
     )
 
 
+def _edge(spec: Any, name: str) -> Schedule:
+    """One band edge: a number (constant), an import path or callable, a Schedule, or a schedule mapping."""
+    if spec is None:
+        raise ValueError(f"band kind 'callable' needs {name}= (an import path 'pkg.module:function')")
+    if isinstance(spec, Schedule):
+        return spec
+    if isinstance(spec, str):
+        return CallableSchedule(_resolve_callable(spec.strip()))
+    if isinstance(spec, Mapping):
+        spec = dict(spec)
+        return make_schedule(spec.pop("kind", "linear"), **spec)
+    if callable(spec):
+        return CallableSchedule(spec)
+    return ConstantSchedule(_number(spec, f"band edge {name}"))
+
+
+def _pair(band: Any, what: str) -> tuple[float, float]:
+    if band is None or isinstance(band, (str, bytes)) or not hasattr(band, "__len__") or len(band) != 2:
+        raise ValueError(f"{what} must be an [h_low, h_high] pair, got {band!r}")
+    return float(band[0]), float(band[1])
+
+
 class BandSchedule:
     """An entropy band ``(h_low(p), h_high(p))``.
 
     Validated at ``p = 0`` and ``p = 1`` on construction (linear and cosine interpolation then keep the
     order in between) and again at every call: both ends finite and non-negative, ``h_low <= h_high``.
+    :meth:`from_endpoints` also checks piecewise bands at every knot and callable bands on a grid.
     """
 
     def __init__(self, low: Schedule, high: Schedule) -> None:
@@ -155,26 +274,77 @@ class BandSchedule:
             raise ValueError(f"entropy band has h_low={lo} > h_high={hi} at p={p}")
         return lo, hi
 
+    def probe_points(self, n: int = 101) -> list[float]:
+        """Progress values that cover the band: a grid of ``n`` points plus every piecewise knot."""
+        ps = {k / (n - 1) for k in range(n)} if n > 1 else {0.0, 1.0}
+        for edge in (self.low, self.high):
+            ps.update(getattr(edge, "knots", ()))
+        return sorted(ps)
+
+    def check(self, n: int = 101) -> None:
+        """Validate the band at every :meth:`probe_points` value (raises ``ValueError`` naming ``p``)."""
+        for p in self.probe_points(n):
+            self(p)
+
+    def max_high(self, n: int = 101) -> float:
+        """The highest ``h_high`` over :meth:`probe_points` (exact for constant/linear/cosine/piecewise)."""
+        return max(self(p)[1] for p in self.probe_points(n))
+
     @classmethod
     def from_endpoints(
         cls,
-        start: tuple[float, float],
+        start: tuple[float, float] | None = None,
         end: tuple[float, float] | None = None,
         kind: str = "linear",
+        points: Sequence[Sequence[float]] | None = None,
+        low: Any = None,
+        high: Any = None,
     ) -> BandSchedule:
-        """Band moving from ``start = (lo0, hi0)`` to ``end = (lo1, hi1)``.
+        """A band from a config.
 
-        ``kind`` is ``linear``, ``cosine`` or ``constant`` (which uses ``start``; ``end`` may be None).
+        * ``kind`` ``linear`` / ``cosine``: from ``start = (lo0, hi0)`` to ``end = (lo1, hi1)``;
+          ``constant`` uses ``start`` (``end`` may be None).
+        * ``kind="piecewise"``: ``points = [[p, h_low, h_high], ...]``, one row per knot, both edges
+          linear between knots and constant outside (see :class:`PiecewiseLinearSchedule`). One table
+          keeps the two edges on the same knots, so checking ``h_low <= h_high`` at the knots checks
+          the whole band.
+        * ``kind="callable"``: ``low`` and ``high`` are each an import path ``"pkg.module:function"``
+          (or a callable, a number for a fixed edge, or a schedule mapping ``{kind, start, end,
+          points}``). The band is checked on a grid of 101 progress values.
         """
-        name = kind.strip().lower()
-        if name not in SCHEDULE_KINDS:
-            raise ValueError(f"unknown band kind {kind!r}; valid kinds: {', '.join(SCHEDULE_KINDS)}")
-        lo0, hi0 = start
+        name = kind.strip().lower() if isinstance(kind, str) else kind
+        if name not in BAND_KINDS:
+            raise ValueError(f"unknown band kind {kind!r}; valid kinds: {', '.join(BAND_KINDS)}")
+        if points is not None and name != "piecewise":
+            raise ValueError(f"band points are used only with kind='piecewise', not {kind!r}")
+        if (low is not None or high is not None) and name != "callable":
+            raise ValueError(f"band low/high edges are used only with kind='callable', not {kind!r}")
+        if name == "piecewise":
+            if points is None or isinstance(points, (str, bytes, Mapping)) or not hasattr(points, "__iter__"):
+                raise ValueError(
+                    f"band kind 'piecewise' needs points=[[p, h_low, h_high], ...], got {points!r}"
+                )
+            rows = []
+            for i, row in enumerate(points):
+                if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != 3:
+                    raise ValueError(f"band point {i} must be a [p, h_low, h_high] triple, got {row!r}")
+                rows.append(tuple(row))
+            band = cls(
+                PiecewiseLinearSchedule([(r[0], r[1]) for r in rows]),
+                PiecewiseLinearSchedule([(r[0], r[2]) for r in rows]),
+            )
+            band.check(n=2)
+            return band
+        if name == "callable":
+            band = cls(_edge(low, "low"), _edge(high, "high"))
+            band.check()
+            return band
+        lo0, hi0 = _pair(start, "band start")
         if name == "constant":
             return cls(ConstantSchedule(lo0), ConstantSchedule(hi0))
         if end is None:
             raise ValueError(f"band kind {kind!r} needs an end band (got start={start}, end=None)")
-        lo1, hi1 = end
+        lo1, hi1 = _pair(end, "band end")
         return cls(make_schedule(name, lo0, lo1), make_schedule(name, hi0, hi1))
 
     def __repr__(self) -> str:

@@ -41,9 +41,15 @@ def instantiate_loggers(cfg: DictConfig | None) -> list[Any]:
     return [instantiate(node) for node in cfg.values() if isinstance(node, DictConfig) and "_target_" in node]
 
 
-def check_knob_owners(callbacks: list[pl.Callback]) -> None:
-    """Two controllers driving one knob fight each other: refuse at start-up, naming both."""
+def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
+    """Two controllers driving one knob fight each other: refuse at start-up, naming both.
+
+    A fixed value set by the ``algo`` preset counts as an owner too (e.g. ``algo=entropy_bonus`` and an
+    adaptive entropy bonus both setting ``entropy_coef``).
+    """
     owners: dict[str, str] = {}
+    if algo is not None and getattr(algo, "entropy_coef", 0) > 0:
+        owners["entropy_coef"] = f"algo={algo.name} (entropy_coef={algo.entropy_coef})"
     for cb in callbacks:
         for knob in getattr(cb, "knobs", ()):
             if knob in owners:
@@ -65,7 +71,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         cfg.module, policy=policy, algo=instantiate(cfg.algo), optim=instantiate(cfg.optim), _recursive_=False
     )
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
-    check_knob_owners(callbacks)
+    check_knob_owners(callbacks, module.algo)
     loggers = instantiate_loggers(cfg.get("logger"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:

@@ -1,9 +1,15 @@
-"""The pure parts of Entrocraft (Li et al. 2026), paper mode (DESIGN §7.4).
+"""The pure parts of Entrocraft (Li et al. 2026), DESIGN §7.4.
 
 Given the batch entropy ``H`` and the band ``[h_low, h_high]``, the direction is
-``m = 1[H > h_high] − 1[H < h_low]``; sequence i is kept with probability ``min(1, exp(γ·m·A_i))``.
-With ``m = +1`` (entropy too high) negative-advantage samples are thinned out, with ``m = −1`` positive
-ones, and ``m = 0`` keeps everything.
+``m = 1[H > h_high] − 1[H < h_low]``.
+
+*Paper mode*: sequence i is kept with probability ``min(1, exp(γ·m·A_i))``. With ``m = +1`` (entropy
+too high) negative-advantage samples are thinned out, with ``m = −1`` positive ones, and ``m = 0``
+keeps everything (:func:`keep_probability`, :func:`sample_keep`).
+
+*Hard mode* (reference-code parity): the advantages are replaced — ``m = +1`` → ``max(R, 0)``
+(RAFT++, learn from the rewarded samples only), ``m = −1`` → ``min(R − offset, 0)`` (NSR, learn from
+the penalised samples only), ``m = 0`` → the base estimator's advantages (:func:`hard_advantages`).
 """
 
 from __future__ import annotations
@@ -49,3 +55,33 @@ def sample_keep(
     """
     probs = keep_probability(advantages, m, gamma)
     return torch.bernoulli(probs, generator=generator).bool()
+
+
+def hard_advantages(
+    rewards: Tensor,
+    advantages: Tensor,
+    m: int,
+    nsr_reward_offset: float = 0.0,
+) -> Tensor:
+    """Hard-mode per-sequence advantages, fp32 [B].
+
+    ``m = +1``: ``A = max(R, 0)`` (RAFT++). ``m = −1``: ``A = min(R − nsr_reward_offset, 0)`` (NSR).
+    ``m = 0``: ``advantages`` (the base estimator's) returned unchanged — the same tensor object.
+
+    ``R`` is the raw reward. With 0/1 rewards ``min(R, 0)`` is all zeros (no update at all); reference
+    code that uses NSR pairs it with rewards in {−1, +1}. ``nsr_reward_offset = 1`` maps {0, 1} to
+    {−1, 0}, i.e. −1 on the failed samples and 0 on the correct ones. The offset does not enter the
+    RAFT++ branch.
+    """
+    if m not in (-1, 0, 1):
+        raise ValueError(f"m must be -1, 0 or +1, got {m}")
+    if not math.isfinite(nsr_reward_offset):
+        raise ValueError(f"nsr_reward_offset must be finite, got {nsr_reward_offset}")
+    if rewards.shape != advantages.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and advantages {tuple(advantages.shape)} differ in shape")
+    if m == 0:
+        return advantages
+    r = rewards.float()
+    if m > 0:
+        return r.clamp(min=0.0)
+    return (r - nsr_reward_offset).clamp(max=0.0)

@@ -11,6 +11,7 @@ Two steps, so that nothing depends on how a minibatch is split into micro-batche
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,7 @@ from torch import Tensor
 
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.objectives import selection as rules
+from lit_entropy.objectives.entropic import entropic_term
 from lit_entropy.objectives.kl import kl_estimate
 from lit_entropy.objectives.policy_loss import (
     aggregate,
@@ -36,6 +38,12 @@ class Knobs:
     eps_high: float
     entropy_coef: float
     kl_coef: float
+    pic_alpha: float = 0.0
+    """EntroPIC's weight on high-probability tokens (Yang et al. 2025); 0 = off."""
+
+
+PIC_PROB_THRESHOLD = 0.95
+"""EntroPIC acts on tokens the pre-update policy gave probability above this."""
 
 
 @dataclass
@@ -50,11 +58,14 @@ class TokenSelection:
     """Fraction of response tokens the rule touched (``train/masked_frac_<rule>``)."""
     num_tokens: Tensor | None = None
     num_seqs: Tensor | None = None
+    high_prob: Tensor | None = None
+    """[B, L] bool: loss tokens with pre-update probability > 0.95 (EntroPIC), when it is on."""
+    num_high_prob: Tensor | None = None
 
     def rows(self, sl: slice) -> TokenSelection:
         cut = lambda t: None if t is None else t[sl]  # noqa: E731
         return TokenSelection(self.loss_mask[sl], cut(self.detach), cut(self.kl_selected), self.frac,
-                              self.num_tokens, self.num_seqs)
+                              self.num_tokens, self.num_seqs, cut(self.high_prob), self.num_high_prob)
 
 
 def needs_current_logp(algo: AlgoConfig) -> bool:
@@ -92,6 +103,9 @@ def select_tokens(
         frac = None
     sel.frac = None if frac is None else float(frac)
     sel.num_tokens, sel.num_seqs = global_counts(sel.loss_mask)
+    if knobs.pic_alpha != 0:
+        sel.high_prob = sel.loss_mask & (mb["old_logp"] > math.log(PIC_PROB_THRESHOLD))
+        sel.num_high_prob = sel.high_prob.sum()
     return sel
 
 
@@ -120,6 +134,8 @@ def micro_batch_loss(
         loss_tok = torch.where(sel.detach, loss_tok.detach(), loss_tok)
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
     loss = pg_loss
+    if knobs.pic_alpha != 0 and sel.high_prob is not None:
+        loss = loss + knobs.pic_alpha * entropic_term(logp, old, adv, sel.high_prob, sel.num_high_prob)
     if knobs.entropy_coef > 0:
         if entropy is None:
             raise ValueError("the entropy bonus needs the entropy with gradient")

@@ -18,6 +18,8 @@ RULE_OF = {"clip_cov": "clip_cov", "kl_cov": "kl_cov", "clip_b": "clip_b", "clip
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_smoke_run_has_finite_loss(tmp_path, preset):
     overrides = [f"algo={preset}", "rollout=vllm", "callbacks/entropy=none"]  # every row reaches the loss
+    if preset == "entropy_bonus":
+        overrides.append("algo.kl_coef=0.01")  # the KL term and its frozen reference, in the same run
     if preset == "clip_v":
         overrides.append("algo.selection_args.max_frac=0.05")  # the paper's 1e-4 selects nothing at smoke size
     run_train(tmp_path, *overrides)
@@ -29,3 +31,7 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, preset):
         assert f"train/masked_frac_{RULE_OF[preset]}" in scalars
     if preset == "dapo":
         assert "rollout/sampling_rounds" in scalars
+    if preset == "entropy_bonus":
+        kl = [v for _, v in scalars["train/kl_ref"]]
+        assert kl and all(math.isfinite(v) and v >= 0 for v in kl)  # k3 is non-negative
+        assert kl[0] < 1e-6  # the first step starts from the reference policy itself

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from lit_entropy.objectives.entrocraft import band_direction, keep_probability, sample_keep
+from lit_entropy.advantages import compute_advantages
+from lit_entropy.objectives.entrocraft import band_direction, hard_advantages, keep_probability, sample_keep
 
 
 @pytest.mark.parametrize(
@@ -60,3 +61,47 @@ def test_sample_keep_mixed_advantages():
     assert keep[1::2].all()  # m=-1 keeps every negative-advantage sample
     assert abs(keep[0::2].float().mean().item() - math.exp(-3.0)) < 6e-3
     assert sample_keep(adv, 0, 10.0, generator=torch.Generator().manual_seed(0)).all()
+
+
+# ---- hard mode (reference-code parity) ------------------------------------------------------------
+# Two groups of G = 4 on a hand example: 0/1 rewards and the same outcomes as -1/+1 rewards.
+R01 = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+RPM = 2 * R01 - 1
+
+
+def test_hard_raft_pp_when_entropy_is_too_high():
+    grpo = compute_advantages("grpo", R01, 4)
+    assert torch.equal(hard_advantages(R01, grpo, +1), torch.tensor([1.0, 0, 0, 1, 1, 1, 1, 0]))
+    assert torch.equal(hard_advantages(RPM, grpo, +1), torch.tensor([1.0, 0, 0, 1, 1, 1, 1, 0]))
+    # The offset belongs to NSR only.
+    assert torch.equal(hard_advantages(R01, grpo, +1, nsr_reward_offset=1.0), R01)
+
+
+def test_hard_nsr_when_entropy_is_too_low():
+    grpo = compute_advantages("grpo", RPM, 4)
+    nsr = torch.tensor([0.0, -1, -1, 0, 0, 0, 0, -1])
+    assert torch.equal(hard_advantages(RPM, grpo, -1), nsr)
+    # 0/1 rewards: min(R, 0) is all zeros; offset 1 maps {0, 1} -> {-1, 0}, the same NSR.
+    assert torch.equal(hard_advantages(R01, grpo, -1), torch.zeros(8))
+    assert torch.equal(hard_advantages(R01, grpo, -1, nsr_reward_offset=1.0), nsr)
+
+
+def test_hard_inside_the_band_returns_the_base_estimator():
+    grpo = compute_advantages("grpo", R01, 4)
+    # Group 1: mean 0.5, unbiased std 1/sqrt(3); group 2: mean 0.75, std 0.5.
+    s1, s2 = 1 / math.sqrt(3), 0.5
+    expected = torch.tensor([0.5 / s1, -0.5 / s1, -0.5 / s1, 0.5 / s1, 0.25 / s2, 0.25 / s2, 0.25 / s2, -0.75 / s2])
+    torch.testing.assert_close(grpo, expected, rtol=1e-5, atol=1e-5)
+    out = hard_advantages(R01, grpo, 0, nsr_reward_offset=1.0)
+    assert out is grpo
+
+
+def test_hard_validation():
+    a = torch.zeros(4)
+    with pytest.raises(ValueError, match="m must be"):
+        hard_advantages(a, a, 2)
+    with pytest.raises(ValueError, match="shape"):
+        hard_advantages(torch.zeros(4), torch.zeros(3), 1)
+    with pytest.raises(ValueError, match="finite"):
+        hard_advantages(a, a, -1, nsr_reward_offset=float("inf"))
+    assert hard_advantages(a.to(torch.bfloat16), a, 1).dtype == torch.float32

@@ -8,6 +8,7 @@ from lit_entropy.schedules import (
     ConstantSchedule,
     CosineSchedule,
     LinearSchedule,
+    PiecewiseLinearSchedule,
     make_schedule,
     progress,
 )
@@ -84,7 +85,7 @@ def test_make_schedule_dotted_path():
 
 
 def test_make_schedule_unknown_kind():
-    with pytest.raises(ValueError, match="constant, linear, cosine"):
+    with pytest.raises(ValueError, match="constant, linear, cosine, piecewise"):
         make_schedule("exponential", 0.1, 0.2)
 
 
@@ -120,3 +121,142 @@ def test_band_validation():
     band = BandSchedule(CallableSchedule(lambda p: 0.5), CallableSchedule(lambda p: 0.6 - 0.8 * p * (1 - p)))
     with pytest.raises(ValueError):
         band(0.5)
+
+
+# ---- piecewise ------------------------------------------------------------------------------------
+def test_piecewise_interpolates_between_points():
+    s = PiecewiseLinearSchedule([(0.0, 0.5), (0.5, 0.4), (1.0, 0.3)])
+    assert s(0.0) == 0.5 and s(0.5) == 0.4 and s(1.0) == 0.3
+    assert s(0.25) == pytest.approx(0.45)
+    assert s(0.75) == pytest.approx(0.35)
+    assert s.knots == (0.0, 0.5, 1.0)
+
+
+def test_piecewise_is_constant_outside_its_points():
+    s = PiecewiseLinearSchedule([[0.2, 1.0], [0.8, 2.0]])
+    assert [s(0.0), s(0.1), s(0.2)] == [1.0, 1.0, 1.0]
+    assert [s(0.8), s(0.9), s(1.0), s(5.0)] == [2.0, 2.0, 2.0, 2.0]
+    assert s(0.5) == pytest.approx(1.5)
+    assert PiecewiseLinearSchedule([(0.3, 0.7)])(0.9) == 0.7  # one point: a constant
+
+
+def test_piecewise_jump_is_right_continuous():
+    s = PiecewiseLinearSchedule([(0.0, 1.0), (0.5, 1.0), (0.5, 0.2), (1.0, 0.0)])
+    assert s(0.4999) == pytest.approx(1.0)
+    assert s(0.5) == 0.2
+    assert s(0.75) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+    "points, message",
+    [
+        ([], "at least one"),
+        ([(0.5, 0.4), (0.2, 0.3)], "sorted by p"),
+        ([(0.0, 0.4), (1.5, 0.3)], r"outside \[0, 1\]"),
+        ([(-0.1, 0.4)], r"outside \[0, 1\]"),
+        ([(0.0, 0.4, 0.5)], r"\[p, value\] pair"),
+        ([0.4], r"\[p, value\] pair"),
+        ([(0.0, "high")], "value must be a number"),
+        ([(0.0, float("nan"))], "value must be finite"),
+        ([(0.0, 1.0), (0.5, 1.0), (0.5, 0.5), (0.5, 0.2)], "three points"),
+        ("0,0.5", "list of"),
+        (None, "list of"),
+    ],
+)
+def test_piecewise_validation_names_the_problem(points, message):
+    with pytest.raises(ValueError, match=message):
+        PiecewiseLinearSchedule(points)
+
+
+def test_make_schedule_piecewise_and_yaml_mapping():
+    s = make_schedule("piecewise", points=[[0, 0.5], [0.5, 0.4], [1, 0.3]])
+    assert isinstance(s, PiecewiseLinearSchedule)
+    assert s(0.25) == pytest.approx(0.45)
+    # Callers pass a YAML mapping straight through; unused keys come as None.
+    for spec in (
+        {"kind": "piecewise", "start": None, "end": None, "points": [[0, 0.5], [1, 0.3]]},
+        {"kind": "linear", "start": 0.5, "end": 0.3, "points": None},
+        {"kind": "cosine", "start": 0.5, "end": 0.3},
+    ):
+        assert make_schedule(**spec)(0.5) == pytest.approx(0.4)
+    assert make_schedule(**{"kind": "constant", "start": 0.2, "end": None, "points": None})(0.7) == 0.2
+
+
+def test_make_schedule_piecewise_errors():
+    with pytest.raises(ValueError, match="needs points"):
+        make_schedule("piecewise")
+    with pytest.raises(ValueError, match="not start/end"):
+        make_schedule("piecewise", start=0.1, points=[[0, 0.5]])
+    with pytest.raises(ValueError, match="not points"):
+        make_schedule("linear", 0.1, 0.2, points=[[0, 0.5]])
+
+
+def test_make_schedule_accepts_callables_and_schedules():
+    lin = LinearSchedule(0.0, 1.0)
+    assert make_schedule(lin) is lin
+    s = make_schedule(lambda p: 2 * p)
+    assert isinstance(s, CallableSchedule) and s(0.25) == 0.5
+
+
+# ---- bands ----------------------------------------------------------------------------------------
+def test_band_piecewise_points_are_p_low_high_rows():
+    band = BandSchedule.from_endpoints(
+        kind="piecewise", points=[[0.0, 0.6, 0.7], [0.5, 0.5, 0.6], [1.0, 0.3, 0.5]]
+    )
+    assert band(0.0) == (0.6, 0.7)
+    assert band(0.25) == pytest.approx((0.55, 0.65))
+    assert band(0.75) == pytest.approx((0.4, 0.55))
+    assert band(1.0) == (0.3, 0.5)
+    assert band.max_high() == 0.7
+
+
+def test_band_piecewise_validation():
+    # Crossing at a middle knot is caught at construction, not when training gets there.
+    with pytest.raises(ValueError, match="h_low=0.6 > h_high=0.5 at p=0.5"):
+        BandSchedule.from_endpoints(kind="piecewise", points=[[0, 0.4, 0.5], [0.5, 0.6, 0.5], [1, 0.2, 0.3]])
+    with pytest.raises(ValueError, match=r"\[p, h_low, h_high\] triple"):
+        BandSchedule.from_endpoints(kind="piecewise", points=[[0, 0.4]])
+    with pytest.raises(ValueError, match="needs points"):
+        BandSchedule.from_endpoints(kind="piecewise")
+    with pytest.raises(ValueError, match="sorted by p"):
+        BandSchedule.from_endpoints(kind="piecewise", points=[[1, 0.4, 0.5], [0, 0.4, 0.5]])
+    with pytest.raises(ValueError, match="only with kind='piecewise'"):
+        BandSchedule.from_endpoints(start=(0.1, 0.2), end=(0.1, 0.2), points=[[0, 0.4, 0.5]])
+
+
+def band_low_edge(p: float) -> float:
+    return 0.5 - 0.2 * p
+
+
+def band_high_edge(p: float) -> float:
+    return 0.6 - 0.2 * p * p
+
+
+def crossing_high_edge(p: float) -> float:
+    return 0.6 - 0.8 * p * (1 - p)  # below 0.5 around p = 0.5
+
+
+def test_band_callable_edges_from_import_paths():
+    band = BandSchedule.from_endpoints(
+        kind="callable", low=f"{__name__}:band_low_edge", high=f"{__name__}.band_high_edge"
+    )
+    assert band(0.0) == pytest.approx((0.5, 0.6))
+    assert band(0.5) == pytest.approx((0.4, 0.55))
+    assert band(1.0) == pytest.approx((0.3, 0.4))
+    # An edge may also be a number (fixed) or a schedule mapping.
+    band = BandSchedule.from_endpoints(
+        kind="callable", low=0.1, high={"kind": "piecewise", "points": [[0, 0.3], [1, 0.5]]}
+    )
+    assert band(0.5) == pytest.approx((0.1, 0.4))
+
+
+def test_band_callable_validation():
+    with pytest.raises(ValueError, match="needs high="):
+        BandSchedule.from_endpoints(kind="callable", low=f"{__name__}:band_low_edge")
+    with pytest.raises(ValueError, match="cannot import"):
+        BandSchedule.from_endpoints(kind="callable", low="math:nope", high="math:exp")
+    # The grid check finds a crossing in the middle at construction.
+    with pytest.raises(ValueError, match="h_low"):
+        BandSchedule.from_endpoints(kind="callable", low=0.5, high=f"{__name__}:crossing_high_edge")
+    with pytest.raises(ValueError, match="only with kind='callable'"):
+        BandSchedule.from_endpoints(start=(0.1, 0.2), kind="constant", high="math:exp")
