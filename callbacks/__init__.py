@@ -7,8 +7,10 @@ Every controller subclasses :class:`EntropyController` (``base.py``) and acts in
 from lit_entropy.callbacks.adapo import ADAPOCallback
 from lit_entropy.callbacks.adaptive_bonus import AdaptiveEntropyBonusCallback
 from lit_entropy.callbacks.base import EntropyController
+from lit_entropy.callbacks.diagnostics import EntropyDiagnosticsCallback
 from lit_entropy.callbacks.entrocraft import EntrocraftCallback
 from lit_entropy.callbacks.entropic import EntroPICCallback
+from lit_entropy.callbacks.entropy_law import EntropyLawCallback
 from lit_entropy.callbacks.repo import REPOCallback
 
 __all__ = [
@@ -17,5 +19,7 @@ __all__ = [
     "EntroPICCallback",
     "EntrocraftCallback",
     "EntropyController",
+    "EntropyDiagnosticsCallback",
+    "EntropyLawCallback",
     "REPOCallback",
 ]

@@ -55,6 +55,7 @@ class PolicyModule(pl.LightningModule):
         self.entropy_coef = self.algo.entropy_coef
         self.kl_coef = self.algo.kl_coef
         self.pic_alpha = 0.0
+        self.want_scores = False  # set by diagnostics callbacks: the pre-update pass also computes S, N
         self.rollout: RolloutBatch | None = None
         self.selection_generator = torch.Generator().manual_seed(0)
         # Frozen reference for the KL term, loaded only when it is used; kept out of the module's
@@ -101,7 +102,7 @@ class PolicyModule(pl.LightningModule):
     def prepare_rollout(self, batch: RolloutBatch) -> None:
         """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
-        scores = self.algo.selection in ("clip_b", "clip_v")
+        scores = self.want_scores or self.algo.selection in ("clip_b", "clip_v")
         out = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=True, with_scores=scores)
         batch.old_logp, batch.entropy = out[0], out[1]
         if scores:

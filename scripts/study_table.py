@@ -14,17 +14,13 @@ import statistics
 from pathlib import Path
 
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lit_entropy.utils.tb import find_runs, read_scalars, values
 
 
 def scalars(run: Path) -> dict[str, list[float]]:
-    out: dict[str, list[tuple[int, float]]] = {}
-    for f in sorted(run.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
-    return {k: [v for _, v in sorted(pts)] for k, pts in out.items()}
+    """tag -> values in step order (see :func:`lit_entropy.utils.tb.read_scalars`)."""
+    return {tag: values(points) for tag, points in read_scalars(run).items()}
 
 
 def controller_name(run: Path) -> str:
@@ -59,7 +55,7 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.45)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    runs = sorted({p.parent for d in args.dirs for p in d.rglob(".hydra")} or set(args.dirs))
+    runs = find_runs(args.dirs)
     rows = [r for r in (summarise(run, args.target) for run in runs) if r]
     lines = [
         f"| controller | iterations | mean \\|H − {args.target}\\| (2nd half) | final H | final acc | acc (last 5) |",

@@ -1,0 +1,271 @@
+"""Prompt sources for math word problems: any JSONL file, and the named sets in ``../shared/data``.
+
+``JSONLPrompts`` reads a JSONL file once (one JSON object per line), validates every row and serves
+prompts deterministically per (iteration, round), scored by `math_reward` (math-verify).
+
+``MathDataset(name)`` knows the field names of the shipped files (``question``/``problem``, answers as
+strings, ints or floats; GSM8K answers end with ``#### <number>``) and normalises answers to strings
+(``27.0`` -> ``"27"``). Where the files are looked for, first match wins:
+
+1. the ``data_dir`` argument;
+2. the ``LIT_ENTROPY_DATA`` environment variable;
+3. ``<repository root>/../shared/data`` (the folder beside the checkout).
+
+The data is never copied into the repository. ``source="hf"`` loads the same set from the Hugging Face
+hub instead (needs the optional ``datasets`` package and a network; only when asked for).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lit_entropy.data.prompts import Prompt, PromptSource
+from lit_entropy.tasks.math_answers import extract_gsm8k, math_reward
+
+__all__ = ["DEFAULT_TEMPLATE", "MATH_DATASETS", "JSONLPrompts", "MathDataset", "default_data_dir"]
+
+DEFAULT_TEMPLATE = "{question}\nPut the final answer in \\boxed{}."
+"""Prompt template; ``{question}`` is replaced by the question (no other braces are interpreted)."""
+
+ANSWER_TRANSFORMS = (None, "gsm8k")
+DATA_ENV = "LIT_ENTROPY_DATA"
+
+
+def default_data_dir() -> Path:
+    """``$LIT_ENTROPY_DATA`` if set, else ``<repository root>/../shared/data``."""
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _normalize_answer(value: Any, transform: str | None) -> str | None:
+    """Answer text or None when the value is unusable. Integral floats lose their ``.0``."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        text = str(int(value)) if value.is_integer() else repr(value)
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        return None
+    if transform == "gsm8k":
+        return extract_gsm8k(text)
+    return text or None
+
+
+class JSONLPrompts(PromptSource):
+    """Questions and gold answers from a JSONL file, scored by math-verify (`math_reward`).
+
+    ``sample`` walks through the rows in a seeded order, epoch after epoch (every row once per pass),
+    deterministic in (``seed``, ``iteration``, ``n``): iteration ``i`` takes positions ``[i*n, (i+1)*n)``
+    of the stream. Refill rounds (``round > 0``, dynamic sampling) draw a seeded random subset.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        question_field: str = "question",
+        answer_field: str = "answer",
+        answer_transform: str | None = None,
+        template: str = DEFAULT_TEMPLATE,
+        seed: int = 1234,
+        shuffle: bool = True,
+        reward_kwargs: dict | None = None,
+    ) -> None:
+        if answer_transform not in ANSWER_TRANSFORMS:
+            raise ValueError(f"answer_transform must be one of {ANSWER_TRANSFORMS}, got {answer_transform!r}")
+        if not isinstance(template, str) or "{question}" not in template:
+            raise ValueError(f"template must contain '{{question}}', got {template!r}")
+        self.path = Path(path)
+        self.question_field = question_field
+        self.answer_field = answer_field
+        self.answer_transform = answer_transform
+        self.template = template
+        self.seed = seed
+        self.shuffle = shuffle
+        self.reward_fn = math_reward
+        self.reward_kwargs = dict(reward_kwargs or {})
+        self._rows = self._load()
+        if not self._rows:
+            raise ValueError(f"{self.origin}: no rows")
+        self._perm_cache: dict[int, list[int]] = {}
+
+    # ---- loading ---------------------------------------------------------------------------------
+    @property
+    def origin(self) -> str:
+        """Where the rows come from (used in error messages)."""
+        return str(self.path)
+
+    def _load(self) -> list[tuple[str, str]]:
+        if not self.path.is_file():
+            raise FileNotFoundError(f"JSONL file not found: {self.path}")
+        with self.path.open(encoding="utf-8") as fh:
+            return self._validate(self._json_lines(fh))
+
+    def _json_lines(self, lines: Iterable[str]) -> Iterable[tuple[int, Any]]:
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{self.origin}, line {lineno}: bad JSON ({err.msg})") from None
+
+    def _validate(self, records: Iterable[tuple[int, Any]], where: str = "line") -> list[tuple[str, str]]:
+        rows = []
+        for lineno, row in records:
+            at = f"{self.origin}, {where} {lineno}"
+            if not isinstance(row, dict):
+                raise ValueError(f"{at}: expected a JSON object, got {type(row).__name__}")
+            for name in (self.question_field, self.answer_field):
+                if name not in row:
+                    raise ValueError(f"{at}: missing field {name!r} (has {sorted(row)})")
+            question = row[self.question_field]
+            if not isinstance(question, str) or not question.strip():
+                raise ValueError(f"{at}: field {self.question_field!r} must be a non-empty string")
+            answer = _normalize_answer(row[self.answer_field], self.answer_transform)
+            if answer is None:
+                why = "has no '#### <answer>' line" if self.answer_transform == "gsm8k" else "is not a usable answer"
+                raise ValueError(f"{at}: field {self.answer_field!r} {why}: {str(row[self.answer_field])[:80]!r}")
+            rows.append((question.strip(), answer))
+        return rows
+
+    # ---- access ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _prompt(self, index: int) -> Prompt:
+        question, answer = self._rows[index]
+        return Prompt(text=self.template.replace("{question}", question), reference=answer)
+
+    def all_prompts(self) -> list[Prompt]:
+        """Every row in file order (for evaluation)."""
+        return [self._prompt(i) for i in range(len(self._rows))]
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(len(self._rows)))
+        if epoch not in self._perm_cache:
+            order = list(range(len(self._rows)))
+            random.Random(f"{self.seed}:epoch:{epoch}").shuffle(order)
+            if len(self._perm_cache) > 4:
+                self._perm_cache.clear()
+            self._perm_cache[epoch] = order
+        return self._perm_cache[epoch]
+
+    def sample(self, n: int, iteration: int, round: int = 0) -> list[Prompt]:
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        size = len(self._rows)
+        if round > 0:
+            rng = random.Random(f"{self.seed}:{iteration}:{round}")
+            picks: list[int] = []
+            while len(picks) < n:
+                picks.extend(rng.sample(range(size), min(size, n - len(picks))))
+            return [self._prompt(i) for i in picks]
+        start = iteration * n
+        out = []
+        for pos in range(start, start + n):
+            epoch, offset = divmod(pos, size)
+            out.append(self._prompt(self._epoch_order(epoch)[offset]))
+        return out
+
+
+@dataclass(frozen=True)
+class _Spec:
+    file: str
+    question_field: str
+    answer_field: str
+    answer_transform: str | None
+    hf_path: str
+    hf_config: str | None
+    hf_split: str
+    hf_question_fields: tuple[str, ...]
+
+
+MATH_DATASETS: dict[str, _Spec] = {
+    "gsm8k_train": _Spec("gsm8k_train.jsonl", "question", "answer", "gsm8k",
+                         "openai/gsm8k", "main", "train", ("question",)),
+    "gsm8k": _Spec("gsm8k_test.jsonl", "question", "answer", "gsm8k", "openai/gsm8k", "main", "test", ("question",)),
+    "math500": _Spec("math500_test.jsonl", "problem", "answer", None,
+                     "HuggingFaceH4/MATH-500", None, "test", ("problem",)),
+    "aime2024": _Spec("aime2024_test.jsonl", "problem", "answer", None,
+                      "HuggingFaceH4/aime_2024", None, "train", ("problem", "question")),
+    "aime2025": _Spec("aime2025_test.jsonl", "problem", "answer", None,
+                      "math-ai/aime25", None, "test", ("problem", "question")),
+    "amc2023": _Spec("amc2023_test.jsonl", "problem", "answer", None,
+                     "math-ai/amc23", None, "test", ("question", "problem")),
+}
+"""Named sets: the file in the data folder, its fields, and the same set on the Hugging Face hub."""
+
+
+class MathDataset(JSONLPrompts):
+    """A named math set (``gsm8k_train``, ``gsm8k`` (test), ``math500``, ``aime2024``, ``aime2025``,
+    ``amc2023``) from the shared data folder (see the module docstring) or, with ``source="hf"``,
+    from the Hugging Face hub."""
+
+    def __init__(
+        self,
+        name: str,
+        data_dir: str | os.PathLike | None = None,
+        template: str = DEFAULT_TEMPLATE,
+        seed: int = 1234,
+        shuffle: bool = True,
+        source: str = "local",
+        reward_kwargs: dict | None = None,
+    ) -> None:
+        if name not in MATH_DATASETS:
+            raise ValueError(f"unknown math dataset {name!r}; choose one of {sorted(MATH_DATASETS)}")
+        if source not in ("local", "hf"):
+            raise ValueError(f"source must be 'local' or 'hf', got {source!r}")
+        self.name = name
+        self.source = source
+        self.spec = MATH_DATASETS[name]
+        self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
+        path = self.data_dir / self.spec.file
+        if source == "local" and not path.is_file():
+            raise FileNotFoundError(
+                f"{name}: {path} not found. Pass data_dir=..., set ${DATA_ENV}, or use source='hf'."
+            )
+        super().__init__(
+            path, question_field=self.spec.question_field, answer_field=self.spec.answer_field,
+            answer_transform=self.spec.answer_transform, template=template, seed=seed, shuffle=shuffle,
+            reward_kwargs=reward_kwargs,
+        )
+
+    @property
+    def origin(self) -> str:
+        if self.source == "hf":
+            return f"hf://{self.spec.hf_path}[{self.spec.hf_split}]"
+        return str(self.path)
+
+    def _load(self) -> list[tuple[str, str]]:
+        if self.source == "local":
+            return super()._load()
+        try:
+            import datasets
+        except ImportError as err:
+            raise ImportError(
+                f"MathDataset({self.name!r}, source='hf') needs the `datasets` package "
+                "(pip install datasets), or use the local files (source='local')"
+            ) from err
+        spec = self.spec
+        ds = datasets.load_dataset(spec.hf_path, spec.hf_config, split=spec.hf_split)
+        columns = set(ds.column_names)
+        found = [f for f in spec.hf_question_fields if f in columns]
+        if not found or spec.answer_field not in columns:
+            raise ValueError(f"{self.origin}: expected columns {spec.hf_question_fields} and "
+                             f"{spec.answer_field!r}, got {sorted(columns)}")
+        self.question_field = found[0]
+        return self._validate(enumerate(ds), where="row")

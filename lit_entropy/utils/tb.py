@@ -1,0 +1,111 @@
+"""Read finished runs back: find run folders and load their TensorBoard scalars.
+
+Shared by the analysis scripts (``scripts/study_table.py``, ``scripts/fit_entropy_law.py``,
+``scripts/compare.py``). Nothing here writes anything.
+
+A *run* is a folder that holds a ``.hydra`` directory (what ``scripts/train.py`` writes, in
+``logs/<task>/runs/<time>`` or, for a multirun, ``logs/<task>/multiruns/<time>/<job number>``), or, for
+runs not launched through Hydra, a folder that holds TensorBoard event files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+EVENTS_GLOB = "events.out.tfevents.*"
+
+
+def event_files(run_dir: str | Path) -> list[Path]:
+    """Every TensorBoard event file below ``run_dir``, in name order (the name carries the creation time)."""
+    return sorted(Path(run_dir).rglob(EVENTS_GLOB), key=lambda p: (p.name, str(p)))
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of every event file below ``run_dir``: ``tag -> [(step, value), ...]`` sorted by step.
+
+    Points from several event files (a resumed run writes a new one) are merged; the sort is stable, so
+    two points at the same step keep the order in which they were written. Nothing is dropped.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for f in event_files(run_dir):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            out.setdefault(tag, []).extend((int(e.step), float(e.value)) for e in acc.Scalars(tag))
+    return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
+
+
+def values(points: list[tuple[int, float]]) -> list[float]:
+    """The values of ``(step, value)`` points, in step order."""
+    return [v for _, v in points]
+
+
+def find_runs(dirs: Iterable[str | Path]) -> list[Path]:
+    """The run folders in or below each of ``dirs``, sorted and without duplicates.
+
+    * a folder with a ``.hydra`` directory is a run; so is every folder below with one (a Hydra
+      multirun folder, or ``logs/<task>`` with several ``runs/<time>``);
+    * below a folder with no ``.hydra`` anywhere, the folders holding event files are the runs — the
+      folder itself when all its event files sit in one folder (e.g. ``<run>/tensorboard``).
+
+    A folder with neither gives nothing; a path that does not exist raises ``FileNotFoundError``.
+    """
+    found: set[Path] = set()
+    for d in dirs:
+        d = Path(d)
+        if not d.exists():
+            raise FileNotFoundError(f"no such run folder: {d}")
+        if not d.is_dir():
+            continue
+        hydra = {p.parent for p in d.rglob(".hydra") if p.is_dir()}
+        if (d / ".hydra").is_dir():
+            hydra.add(d)
+        if hydra:
+            found |= hydra
+            continue
+        holders = {f.parent for f in event_files(d)}
+        if len(holders) == 1:
+            found.add(d)
+        else:
+            found |= holders
+    return sorted(found)
+
+
+def hydra_overrides(run_dir: str | Path) -> list[str]:
+    """The command-line overrides the run was launched with (``.hydra/overrides.yaml``), or ``[]``."""
+    import yaml
+
+    f = Path(run_dir) / ".hydra" / "overrides.yaml"
+    if not f.is_file():
+        return []
+    data = yaml.safe_load(f.read_text()) or []
+    return [str(x) for x in data] if isinstance(data, list) else []
+
+
+def run_labels(runs: list[Path]) -> dict[Path, str]:
+    """A short label per run: its Hydra overrides minus those every run shares, else the folder name.
+
+    Labels that would still collide get the folder name appended.
+    """
+    overrides = {r: hydra_overrides(r) for r in runs}
+    shared = set.intersection(*(set(o) for o in overrides.values())) if len(runs) > 1 else set()
+    labels: dict[Path, str] = {}
+    for r in runs:
+        own = [o for o in overrides[r] if o not in shared]
+        labels[r] = " ".join(own) if own else r.name
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    for r in runs:
+        if counts[labels[r]] > 1 and labels[r] != r.name:
+            labels[r] = f"{labels[r]} [{r.name}]"
+    counts = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    for r in runs:
+        if counts[labels[r]] > 1:
+            labels[r] = f"{labels[r]} [{r.parent.name}/{r.name}]"
+    return labels

@@ -1,0 +1,121 @@
+"""scripts/fit_entropy_law.py and scripts/compare.py on two tiny fake runs, and lit_entropy.utils.tb."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_entropy.utils.tb import find_runs, read_scalars, run_labels
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+A, B = 0.3, 0.9
+
+
+def fake_run(path: Path, overrides: list[str], h0: float, iters: int = 12, steps_per_iter: int = 2) -> Path:
+    """A Hydra-like run folder: .hydra/overrides.yaml and TensorBoard events laid out as the module logs them."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    writer = SummaryWriter(log_dir=str(path / "tensorboard"))
+    for it in range(iters):
+        for k in range(steps_per_iter):
+            step = it * steps_per_iter + k
+            writer.add_scalar("train/loss", 1.0 / (1 + step), step)
+            writer.add_scalar("epoch", it, step)
+        end = (it + 1) * steps_per_iter - 1
+        h = h0 - 0.05 * it
+        writer.add_scalar("rollout/entropy", h, end)
+        writer.add_scalar("rollout/accuracy", -A * math.exp(h) + B, end)
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("multirun")
+    return [
+        fake_run(root / "0", ["task_name=t", "callbacks/entropy=none"], h0=0.9),
+        fake_run(root / "1", ["task_name=t", "callbacks/entropy=adapo"], h0=0.8, steps_per_iter=3),
+    ]
+
+
+def script(name: str, *args: str | Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / name), *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_tb_reader_and_run_discovery(runs):
+    root = runs[0].parent
+    assert find_runs([root]) == runs
+    assert find_runs([runs[1], runs[0], runs[0]]) == runs
+    s = read_scalars(runs[1])
+    assert [p[0] for p in s["rollout/entropy"]] == [3 * i + 2 for i in range(12)]
+    assert s["rollout/entropy"][0][1] == pytest.approx(0.8)
+    assert run_labels(runs) == {runs[0]: "callbacks/entropy=none", runs[1]: "callbacks/entropy=adapo"}
+
+
+def test_find_runs_without_hydra(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    for name in ("version_0", "version_1"):
+        w = SummaryWriter(log_dir=str(tmp_path / "lightning_logs" / name))
+        w.add_scalar("x", 1.0, 0)
+        w.close()
+    assert [p.name for p in find_runs([tmp_path])] == ["version_0", "version_1"]
+    assert find_runs([tmp_path / "lightning_logs" / "version_0"]) == [tmp_path / "lightning_logs" / "version_0"]
+    with pytest.raises(FileNotFoundError):
+        find_runs([tmp_path / "missing"])
+
+
+def test_fit_entropy_law_script(runs, tmp_path):
+    out = tmp_path / "law"
+    proc = script("fit_entropy_law.py", *runs, "--out", out)
+    assert is_png(out / "entropy_law.png")
+    summary = json.loads((out / "entropy_law.json").read_text())
+    for key in ("a", "b", "r2", "ceiling", "n"):
+        assert key in summary
+    assert summary["a"] == pytest.approx(A, abs=1e-5)
+    assert summary["b"] == pytest.approx(B, abs=1e-5)
+    assert summary["ceiling"] == pytest.approx(B - A, abs=1e-5)
+    assert summary["r2"] == pytest.approx(1.0, abs=1e-6)
+    assert summary["n"] == 24
+    assert [r["run"] for r in summary["runs"]] == [str(r) for r in runs]
+    for r in summary["runs"]:
+        assert r["gap"] == pytest.approx(summary["ceiling"] - r["final_accuracy"])
+        assert r["fit"]["a"] == pytest.approx(A, abs=1e-5)
+    assert "ceiling" in proc.stdout
+
+
+def test_fit_entropy_law_script_skip_and_multirun_folder(runs, tmp_path):
+    out = tmp_path / "law"
+    script("fit_entropy_law.py", runs[0].parent, "--skip", "4", "--out", out)
+    assert json.loads((out / "entropy_law.json").read_text())["n"] == 16
+
+
+def test_compare_script(runs, tmp_path):
+    out = tmp_path / "cmp"
+    proc = script("compare.py", runs[0].parent, "--metrics", "rollout/entropy,rollout/accuracy,train/loss",
+                  "--smooth", "3", "--out", out)
+    assert is_png(out / "compare.png")
+    md = (out / "compare.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 2
+    assert "callbacks/entropy=none" in rows[0] and "callbacks/entropy=adapo" in rows[1]
+    # run 0: entropy 0.9 → 0.35 over 12 iterations; best = max; train/loss best = min = last
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert float(cells[2]) == pytest.approx(0.35, abs=1e-3) and float(cells[3]) == pytest.approx(0.9, abs=1e-3)
+    assert float(cells[6]) == pytest.approx(1 / 24, rel=1e-3) and float(cells[7]) == pytest.approx(1 / 24, rel=1e-3)
+    assert md.splitlines()[0] in proc.stdout
