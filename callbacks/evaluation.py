@@ -1,0 +1,67 @@
+"""PeriodicEvalCallback — the optional in-training validation loop (DESIGN §7.5, issue 5).
+
+Every ``every_n_iterations`` RL iterations (and after the last one) it samples ``n`` completions for
+each of ``num_problems`` held-out problems with the run's own rollout engine, scores them with the
+task's reward in the isolated reward runner, and logs ``eval/accuracy``, ``eval/mean@k`` and
+``eval/pass@k`` (unbiased estimator, torchmetrics states summed across ranks) via
+:func:`lit_entropy.evaluation.evaluate`. The problems come from the training prompt source under an
+iteration key training never uses, so for the Countdown lab they are unseen problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lightning.pytorch as pl
+
+from lit_entropy.evaluation import evaluate
+from lit_entropy.models import PolicyBundle
+
+HELD_OUT_ITERATION = 10**6
+"""The prompt-stream key of the evaluation problems (training uses iterations 0 … max_epochs − 1)."""
+
+
+class PeriodicEvalCallback(pl.Callback):
+    knobs: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        every_n_iterations: int = 10,
+        num_problems: int = 64,
+        n: int = 8,
+        ks: Sequence[int] = (1, 4, 8),
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if every_n_iterations < 1 or num_problems < 1 or n < 1:
+            raise ValueError("callbacks.eval: every_n_iterations, num_problems and n must be >= 1")
+        bad = [k for k in ks if not 1 <= int(k) <= n]
+        if bad:
+            raise ValueError(f"callbacks.eval.ks={list(ks)}: every k must be in [1, n={n}]")
+        self.every = every_n_iterations
+        self.num_problems = num_problems
+        self.n = n
+        self.ks = tuple(int(k) for k in ks)
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        it = trainer.current_epoch
+        last = trainer.max_epochs is not None and it + 1 >= trainer.max_epochs
+        if (it + 1) % self.every and not last:
+            return
+        dm = trainer.datamodule
+        prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
+        bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
+        result = evaluate(
+            bundle, prompts, dm.prompts.reward_fn, dm.engine, n=self.n, ks=self.ks,
+            temperature=self.temperature or dm.sampling.temperature,
+            max_new_tokens=self.max_new_tokens or dm.sampling.max_new_tokens,
+            seed=self.seed, reward_kwargs=dm.prompts.reward_kwargs,
+            correct_threshold=dm.correct_threshold, reward_timeout_s=dm.reward_timeout_s,
+            reward_workers=dm.reward_workers,
+        )
+        metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)

@@ -1,0 +1,26 @@
+"""The optional in-training validation loop logs eval/* from a real run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.helpers import read_scalars
+from tests.integration.test_train_smoke import run_train
+
+pytestmark = pytest.mark.integration
+
+
+def test_periodic_eval_logs_pass_at_k(tmp_path):
+    run_train(tmp_path, "rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=2",
+              "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]")
+    scalars = read_scalars(tmp_path / "run")
+    for tag in ("eval/accuracy", "eval/mean@1", "eval/pass@1", "eval/pass@4"):
+        assert tag in scalars, sorted(scalars)
+        values = [v for _, v in scalars[tag]]
+        assert len(values) == 2  # after iteration 2 and after the last (3rd) one
+        assert all(math.isfinite(v) and 0 <= v <= 1 for v in values)
+    p1 = [v for _, v in scalars["eval/pass@1"]]
+    p4 = [v for _, v in scalars["eval/pass@4"]]
+    assert all(a <= b + 1e-9 for a, b in zip(p1, p4, strict=True))
