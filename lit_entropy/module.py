@@ -210,6 +210,13 @@ class PolicyModule(pl.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ---- per-iteration logging -------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["selection_generator"] = self.selection_generator.get_state()  # Clip-Cov's draws
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "selection_generator" in checkpoint:
+            self.selection_generator.set_state(checkpoint["selection_generator"])
+
     def on_fit_start(self) -> None:
         if self.ref_model is not None:
             self.ref_model.to(self.device)

@@ -130,3 +130,18 @@ def test_clip_cov_detaches_gradient_of_selected_tokens():
 def test_combinations_that_cannot_work_fail_at_start_up(kwargs, match):
     with pytest.raises(ValueError, match=match):
         AlgoConfig(**kwargs)
+
+
+def test_module_checkpoints_the_selection_generator():
+    from types import SimpleNamespace
+
+    from lit_entropy.module import PolicyModule
+
+    module = PolicyModule(SimpleNamespace(model=torch.nn.Linear(2, 2), tokenizer=None, path="unused"))
+    torch.randint(0, 100, (3,), generator=module.selection_generator)
+    checkpoint: dict = {}
+    module.on_save_checkpoint(checkpoint)
+    expected = torch.randint(0, 10**6, (5,), generator=module.selection_generator)
+    fresh = PolicyModule(SimpleNamespace(model=torch.nn.Linear(2, 2), tokenizer=None, path="unused"))
+    fresh.on_load_checkpoint(checkpoint)
+    assert torch.equal(torch.randint(0, 10**6, (5,), generator=fresh.selection_generator), expected)
