@@ -5,8 +5,10 @@ progress p, the direction is m = 1[H > h_high] − 1[H < h_low]. Two modes act o
 
 * ``mode="paper"`` (default) — each sequence is kept with probability min(1, exp(γ·m·A_i)). Entropy too
   high (m = +1) rejects mostly negative-advantage samples, whose updates raise entropy; too low
-  (m = −1) rejects mostly positive ones. Rejected rows leave the loss (``batch.keep``), and the
-  token-mean aggregation renormalises over the kept rows (the paper's 1/|S_x|).
+  (m = −1) rejects mostly positive ones. Rejected rows leave the loss (``batch.keep``), and each
+  prompt's kept rows are renormalised to the prompt's full weight (the paper's 1/|S_x|): a kept row of
+  prompt x weighs G/|S_x| (``batch.row_weight``), so rejection changes which samples a prompt learns
+  from, not how much the prompt counts.
 * ``mode="hard"`` (reference-code parity) — the advantages are replaced: m = +1 → A = max(R, 0)
   (RAFT++), m = −1 → A = min(R − nsr_reward_offset, 0) (NSR), m = 0 → the base estimator's advantages,
   untouched. R is the raw reward (``batch.rewards``). Both ``batch.advantages`` and
@@ -38,7 +40,12 @@ import torch
 
 from lit_entropy.callbacks.base import EntropyController
 from lit_entropy.data.batch import RolloutBatch
-from lit_entropy.objectives.entrocraft import band_direction, hard_advantages, sample_keep
+from lit_entropy.objectives.entrocraft import (
+    band_direction,
+    group_renormalised_weights,
+    hard_advantages,
+    sample_keep,
+)
 from lit_entropy.schedules import BandSchedule, Schedule
 
 MODES = ("paper", "hard")
@@ -101,7 +108,7 @@ class EntrocraftCallback(EntropyController):
         self.mode = mode
         self.seed = seed
         self.nsr_reward_offset = nsr_reward_offset
-        self.knobs = ("keep",) if mode == "paper" else ("token_advantages",)
+        self.knobs = ("keep", "row_weight") if mode == "paper" else ("token_advantages",)
         self.generator = torch.Generator().manual_seed(seed)
 
     # ---- EntropyController ---------------------------------------------------------------------
@@ -133,6 +140,7 @@ class EntrocraftCallback(EntropyController):
         if self.mode == "paper":
             keep = sample_keep(batch.advantages, m, self.gamma, self.generator)
             batch.keep = batch.keep & keep
+            batch.row_weight = group_renormalised_weights(batch.keep, batch.group_size)
             kept_frac = float(keep.float().mean()) if keep.numel() else 1.0
         else:
             if m != 0:

@@ -42,6 +42,8 @@ class RolloutBatch:
     """[B, L] fp32 its on-policy baseline N_t = Σ_v p_v²·(H_t + log p_v) (only when a rule needs it)."""
     ref_logp: torch.Tensor | None = None
     """[B, L] fp32 log-probs of the frozen reference policy (only when the KL term is on)."""
+    row_weight: torch.Tensor | None = None
+    """[B] fp32 per-row loss weight set by a rollout hook (Entrocraft's G/|S_x|); None = all 1."""
     keep: torch.Tensor | None = None
     """[B] bool; rows a rollout hook rejected are False and leave the loss."""
     prompts: list[str] = field(default_factory=list)

@@ -85,3 +85,18 @@ def hard_advantages(
     if m > 0:
         return r.clamp(min=0.0)
     return (r - nsr_reward_offset).clamp(max=0.0)
+
+
+def group_renormalised_weights(keep: Tensor, group_size: int) -> Tensor:
+    """The paper's 1/|S_x|: kept row i of prompt x weighs G/|S_x|, rejected rows 0 (fp32 [B]).
+
+    Each prompt keeps the total weight it had before rejection (G rows of weight 1), spread over the
+    rows it kept, so rejecting samples changes *which* samples a prompt learns from, not how much
+    it counts. A prompt with no kept row contributes nothing.
+    """
+    if keep.dim() != 1 or keep.numel() % group_size:
+        raise ValueError(f"keep must be [B] with B divisible by G={group_size}, got {tuple(keep.shape)}")
+    kept = keep.view(-1, group_size).float()
+    counts = kept.sum(-1, keepdim=True)
+    weights = torch.where(kept > 0, group_size / counts.clamp(min=1), torch.zeros_like(kept))
+    return weights.flatten()

@@ -132,6 +132,8 @@ def micro_batch_loss(
                                            mask=mask)
     if sel.detach is not None:
         loss_tok = torch.where(sel.detach, loss_tok.detach(), loss_tok)
+    if "row_weight" in mb:  # a rollout hook's reweighting (Entrocraft's per-prompt 1/|S_x|)
+        loss_tok = loss_tok * mb["row_weight"][:, None]
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
     loss = pg_loss
     if knobs.pic_alpha != 0 and sel.high_prob is not None:

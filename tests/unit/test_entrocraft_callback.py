@@ -119,7 +119,7 @@ def test_is_an_entropy_controller_with_per_instance_knobs():
     paper = EntrocraftCallback(mode="paper")
     hard = EntrocraftCallback(mode="hard")
     assert isinstance(paper, EntropyController)
-    assert paper.knobs == ("keep",) and hard.knobs == ("token_advantages",)
+    assert paper.knobs == ("keep", "row_weight") and hard.knobs == ("token_advantages",)
     assert EntropyController.knobs == ()
 
 
@@ -318,3 +318,18 @@ def test_old_checkpoint_without_base_state_still_loads():
     b.load_state_dict(old)
     assert torch.equal(b.generator.get_state(), a.generator.get_state())
     assert b.samples_seen == 0 and b.last == {"control/direction": 1.0}
+
+
+def test_paper_mode_renormalises_each_prompt_over_its_kept_rows():
+    from lit_entropy.objectives.entrocraft import group_renormalised_weights
+
+    keep = torch.tensor([True, False, False, False, True, True, True, True, False, False, False, False])
+    w = group_renormalised_weights(keep, 4)
+    assert w.tolist() == [4.0, 0, 0, 0, 1.0, 1.0, 1.0, 1.0, 0, 0, 0, 0]
+    cb = EntrocraftCallback(band_start=(0.6, 0.7), gamma=10.0, seed=3)
+    batch = make_batch(0.9, [1.0, -1.0] * 50)  # groups of 2: one positive, one negative
+    cb.on_rollout_batch(trainer_at(0), None, batch)
+    kept_positive = batch.keep & (batch.advantages > 0)
+    assert torch.all(batch.row_weight[kept_positive] == 2.0)  # 1 of 2 kept: G/|S_x| = 2
+    assert torch.all(batch.row_weight[~batch.keep] == 0.0)
+    assert "row_weight" in batch.minibatches(1)[0]

@@ -145,3 +145,15 @@ def test_module_checkpoints_the_selection_generator():
     fresh = PolicyModule(SimpleNamespace(model=torch.nn.Linear(2, 2), tokenizer=None, path="unused"))
     fresh.on_load_checkpoint(checkpoint)
     assert torch.equal(torch.randint(0, 10**6, (5,), generator=fresh.selection_generator), expected)
+
+
+def test_row_weight_scales_each_rows_loss():
+    algo = AlgoConfig()
+    knobs = Knobs(0.2, 0.2, 0.0, 0.0)
+    mb, model = make_minibatch()
+    logp, ent = logp_entropy(model, mb["input_ids"])
+    sel = select_tokens(algo, mb, knobs)
+    plain, _ = micro_batch_loss(algo, knobs, mb, sel, logp, ent.detach())
+    weighted = dict(mb, row_weight=torch.full((B,), 3.0))
+    tripled, _ = micro_batch_loss(algo, knobs, weighted, sel, logp, ent.detach())
+    assert float(tripled) == pytest.approx(3 * float(plain), rel=1e-6)
