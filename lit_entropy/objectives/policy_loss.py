@@ -96,19 +96,8 @@ def aggregate_token_mean(values: Tensor, mask: Tensor, num_tokens: float | Tenso
     has a gradient path to ``values``. Positions outside the mask never contribute, even if non-finite.
     """
     mask = mask.bool()
-    masked = torch.where(mask, values.float(), torch.zeros((), dtype=torch.float32, device=values.device))
-    if num_tokens is None:
-        num_tokens = mask.sum()
-    total = masked.sum()
-    if isinstance(num_tokens, Tensor):
-        # Stays on device (no host sync): a zero count selects ``total * 0``.
-        denom = num_tokens.to(device=total.device, dtype=torch.float32)
-        return torch.where(denom > 0, total / denom.clamp(min=1e-30), total * 0.0)
-    if not num_tokens >= 0:
-        raise ValueError(f"num_tokens must be a non-negative count, got {num_tokens}")
-    if num_tokens == 0:
-        return total * 0.0
-    return total / float(num_tokens)
+    total = _masked_values(values, mask).sum()
+    return _divide_by_count(total, mask.sum() if num_tokens is None else num_tokens, "num_tokens")
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
