@@ -49,6 +49,7 @@ from lit_entropy.objectives.entrocraft import (
 from lit_entropy.schedules import BandSchedule, Schedule
 
 MODES = ("paper", "hard")
+RENORMALISE = ("prompt", "none")
 
 
 class BandCentre(Schedule):
@@ -82,11 +83,14 @@ class EntrocraftCallback(EntropyController):
         nsr_reward_offset: float = 0.0,
         progress_unit: str = "iterations",
         total_samples: int | None = None,
+        renormalise: str = "prompt",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"callbacks.entropy.mode={mode!r}; choose one of {MODES}")
         if not (gamma > 0 and math.isfinite(gamma)):
             raise ValueError(f"callbacks.entropy.gamma={gamma} must be finite and > 0")
+        if renormalise not in RENORMALISE:
+            raise ValueError(f"callbacks.entropy.renormalise={renormalise!r}; choose one of {RENORMALISE}")
         nsr_reward_offset = float(nsr_reward_offset)
         if not math.isfinite(nsr_reward_offset):
             raise ValueError(f"callbacks.entropy.nsr_reward_offset={nsr_reward_offset} must be finite")
@@ -108,6 +112,7 @@ class EntrocraftCallback(EntropyController):
         self.mode = mode
         self.seed = seed
         self.nsr_reward_offset = nsr_reward_offset
+        self.renormalise = renormalise
         self.knobs = ("keep", "row_weight") if mode == "paper" else ("token_advantages",)
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -140,7 +145,8 @@ class EntrocraftCallback(EntropyController):
         if self.mode == "paper":
             keep = sample_keep(batch.advantages, m, self.gamma, self.generator)
             batch.keep = batch.keep & keep
-            batch.row_weight = group_renormalised_weights(batch.keep, batch.group_size)
+            if self.renormalise == "prompt":
+                batch.row_weight = group_renormalised_weights(batch.keep, batch.group_size)
             kept_frac = float(keep.float().mean()) if keep.numel() else 1.0
         else:
             if m != 0:

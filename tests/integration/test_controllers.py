@@ -14,6 +14,7 @@ pytestmark = pytest.mark.integration
 
 CONTROLLERS = {
     "entrocraft": "control/band_low",
+    "entrocraft_hard": "control/direction",
     "adapo": "control/eps_high",
     "repo_r": "control/repo_lambda",
     "repo_d": "control/repo_lambda",

@@ -25,6 +25,7 @@ def test_default_composition_has_every_group():
     for key in ("model", "data", "rollout", "algo", "optim", "module", "callbacks", "trainer", "logger", "paths"):
         assert key in cfg, key
     assert cfg.callbacks.entropy._target_.endswith("EntrocraftCallback")
+    assert cfg.callbacks.entropy.mode == "hard" and cfg.callbacks.entropy.nsr_reward_offset == 1.0
     assert cfg.trainer.reload_dataloaders_every_n_epochs == 1
     assert cfg.trainer.precision == "32-true" and cfg.rollout.dtype == "float32"
 
@@ -44,6 +45,15 @@ def test_callbacks_entropy_attach_and_detach():
     names_off = {type(c).__name__ for c in off}
     assert "EntrocraftCallback" in names_on and "EntrocraftCallback" not in names_off
     assert names_on - names_off == {"EntrocraftCallback"}
+
+
+def test_entrocraft_hard_is_entrocraft_with_two_keys_changed():
+    hard = OmegaConf.to_container(compose_train(["callbacks/entropy=entrocraft_hard", *OUT]).callbacks.entropy)
+    paper = OmegaConf.to_container(compose_train(["callbacks/entropy=entrocraft", *OUT]).callbacks.entropy)
+    assert paper["mode"] == "paper" and hard["mode"] == "hard" and hard["nsr_reward_offset"] == 1.0
+    assert {k for k in paper if paper[k] != hard[k]} == {"mode", "nsr_reward_offset"}
+    moved = compose_train(["callbacks/entropy=entrocraft_hard", "callbacks.entropy.band_start=[0.5,0.6]", *OUT])
+    assert list(moved.callbacks.entropy.band_start) == [0.5, 0.6]
 
 
 def test_smoke_overlay_shrinks_the_run():

@@ -177,7 +177,7 @@ def test_yaml_instantiates_with_overrides():
         return instantiate(cfg.cb)
 
     default = build()
-    assert default.mode == "paper" and default.band(0.0) == pytest.approx((0.35, 0.45))
+    assert default.mode == "paper" and default.band(0.0) == pytest.approx((0.45, 0.55))
     pw = build(schedule="piecewise", band_points=[[0, 0.4, 0.5], [0.5, 0.3, 0.4], [1, 0.2, 0.3]])
     assert pw.band(0.25) == pytest.approx((0.35, 0.45))
     hard = build(mode="hard", nsr_reward_offset=1, progress_unit="samples", total_samples=1024)
@@ -333,3 +333,13 @@ def test_paper_mode_renormalises_each_prompt_over_its_kept_rows():
     assert torch.all(batch.row_weight[kept_positive] == 2.0)  # 1 of 2 kept: G/|S_x| = 2
     assert torch.all(batch.row_weight[~batch.keep] == 0.0)
     assert "row_weight" in batch.minibatches(1)[0]
+
+
+def test_paper_mode_without_renormalisation_only_drops_rows():
+    cb = EntrocraftCallback(band_start=(0.6, 0.7), gamma=10.0, seed=3, renormalise="none")
+    batch = make_batch(0.9, [1.0, -1.0] * 50)
+    cb.on_rollout_batch(trainer_at(0), None, batch)
+    assert batch.row_weight is None
+    assert not batch.keep[batch.advantages < 0].all() and batch.keep[batch.advantages > 0].all()
+    with pytest.raises(ValueError, match="renormalise"):
+        EntrocraftCallback(renormalise="group")
