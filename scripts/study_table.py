@@ -30,7 +30,8 @@ def controller_name(run: Path) -> str:
     cfg = yaml.safe_load(cfg_file.read_text())
     node = (cfg.get("callbacks") or {}).get("entropy") or {}
     target = node.get("_target_", "none")
-    return target.rsplit(".", 1)[-1] + (f" ({node['variant']})" if "variant" in node else "")
+    label = node.get("variant") or node.get("mode")  # REPO's r/d, Entrocraft's paper/hard
+    return target.rsplit(".", 1)[-1] + (f" ({label})" if label else "")
 
 
 def summarise(run: Path, target: float) -> dict | None:

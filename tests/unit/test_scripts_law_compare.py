@@ -119,3 +119,24 @@ def test_compare_script(runs, tmp_path):
     assert float(cells[2]) == pytest.approx(0.35, abs=1e-3) and float(cells[3]) == pytest.approx(0.9, abs=1e-3)
     assert float(cells[6]) == pytest.approx(1 / 24, rel=1e-3) and float(cells[7]) == pytest.approx(1 / 24, rel=1e-3)
     assert md.splitlines()[0] in proc.stdout
+
+
+def test_study_table_names_controllers_with_their_mode_and_scores_the_second_half(tmp_path):
+    entrocraft = {"_target_": "lit_entropy.callbacks.entrocraft.EntrocraftCallback"}
+    configs = {
+        "0": {"callbacks": {"entropy": {**entrocraft, "mode": "hard"}}},
+        "1": {"callbacks": {"entropy": {**entrocraft, "mode": "paper"}}},
+        "2": {"callbacks": {"entropy": {"_target_": "lit_entropy.callbacks.repo.REPOCallback", "variant": "r"}}},
+        "3": {"callbacks": {"entropy": None}},
+    }
+    for name, cfg in configs.items():
+        run = fake_run(tmp_path / name, [], h0=0.9)  # entropy 0.9, 0.85, ... 0.35 over 12 iterations
+        (run / ".hydra" / "config.yaml").write_text(json.dumps(cfg))  # JSON is YAML
+    out = tmp_path / "study.md"
+    table = script("study_table.py", tmp_path, "--target", "0.5", "--out", out).stdout
+    assert out.read_text().strip() == table.strip()
+    for label in ("EntrocraftCallback (hard)", "EntrocraftCallback (paper)", "REPOCallback (r)", "| none |"):
+        assert label in table
+    second_half = [0.9 - 0.05 * it for it in range(6, 12)]
+    mae = sum(abs(h - 0.5) for h in second_half) / 6
+    assert f"| {mae:.4f} |" in table and table.count("| 12 |") == 4
