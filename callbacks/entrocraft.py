@@ -5,10 +5,12 @@ progress p, the direction is m = 1[H > h_high] − 1[H < h_low]. Two modes act o
 
 * ``mode="paper"`` (default) — each sequence is kept with probability min(1, exp(γ·m·A_i)). Entropy too
   high (m = +1) rejects mostly negative-advantage samples, whose updates raise entropy; too low
-  (m = −1) rejects mostly positive ones. Rejected rows leave the loss (``batch.keep``), and each
+  (m = −1) rejects mostly positive ones (the paper's premise; in the Countdown lab this lever is
+  inverted, measured in docs/controllers/entrocraft.md, so the lab runs hard mode). Rejected rows leave the loss (``batch.keep``), and each
   prompt's kept rows are renormalised to the prompt's full weight (the paper's 1/|S_x|): a kept row of
   prompt x weighs G/|S_x| (``batch.row_weight``), so rejection changes which samples a prompt learns
-  from, not how much the prompt counts.
+  from, not how much the prompt counts. ``renormalise="none"`` skips the reweighting (rows are only
+  dropped; the token-mean runs over the kept tokens).
 * ``mode="hard"`` (reference-code parity) — the advantages are replaced: m = +1 → A = max(R, 0)
   (RAFT++), m = −1 → A = min(R − nsr_reward_offset, 0) (NSR), m = 0 → the base estimator's advantages,
   untouched. R is the raw reward (``batch.rewards``). Both ``batch.advantages`` and
@@ -113,7 +115,10 @@ class EntrocraftCallback(EntropyController):
         self.seed = seed
         self.nsr_reward_offset = nsr_reward_offset
         self.renormalise = renormalise
-        self.knobs = ("keep", "row_weight") if mode == "paper" else ("token_advantages",)
+        if mode == "paper":
+            self.knobs = ("keep", "row_weight") if renormalise == "prompt" else ("keep",)
+        else:
+            self.knobs = ("token_advantages",)
         self.generator = torch.Generator().manual_seed(seed)
 
     # ---- EntropyController ---------------------------------------------------------------------

@@ -339,7 +339,7 @@ def test_paper_mode_without_renormalisation_only_drops_rows():
     cb = EntrocraftCallback(band_start=(0.6, 0.7), gamma=10.0, seed=3, renormalise="none")
     batch = make_batch(0.9, [1.0, -1.0] * 50)
     cb.on_rollout_batch(trainer_at(0), None, batch)
-    assert batch.row_weight is None
+    assert batch.row_weight is None and cb.knobs == ("keep",)
     assert not batch.keep[batch.advantages < 0].all() and batch.keep[batch.advantages > 0].all()
     with pytest.raises(ValueError, match="renormalise"):
         EntrocraftCallback(renormalise="group")
