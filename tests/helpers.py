@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,6 +14,26 @@ CONF = ROOT / "conf"
 def compose_train(overrides: list[str]):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides)
+
+
+def small_rollout_batch(entropy: float, advantages: list[float], rewards: list[float] | None = None,
+                        group_size: int = 2):
+    """A RolloutBatch of len(advantages) rows of 4 tokens (1 prompt + 3 response), as a controller sees it."""
+    from lit_entropy.data.batch import RolloutBatch
+
+    B = len(advantages)
+    batch = RolloutBatch(
+        input_ids=torch.ones(B, 4, dtype=torch.long),
+        attention_mask=torch.ones(B, 4, dtype=torch.bool),
+        response_mask=torch.tensor([[False, True, True, True]] * B),
+        rewards=torch.tensor(rewards, dtype=torch.float32) if rewards is not None else torch.zeros(B),
+        group_index=torch.arange(B) // group_size,
+        group_size=group_size,
+        sampler_logp=torch.zeros(B, 4),
+    )
+    batch.advantages = torch.tensor(advantages, dtype=torch.float32)
+    batch.metrics["rollout/entropy"] = entropy
+    return batch
 
 
 def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

@@ -7,25 +7,14 @@ import math
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from lit_entropy.callbacks.adapo import ADAPOCallback
 from lit_entropy.data.batch import RolloutBatch
+from tests.helpers import small_rollout_batch
 
 
 def make_batch(entropy: float, B: int = 4) -> RolloutBatch:
-    batch = RolloutBatch(
-        input_ids=torch.ones(B, 4, dtype=torch.long),
-        attention_mask=torch.ones(B, 4, dtype=torch.bool),
-        response_mask=torch.tensor([[False, True, True, True]] * B),
-        rewards=torch.zeros(B),
-        group_index=torch.arange(B) // 2,
-        group_size=2,
-        sampler_logp=torch.zeros(B, 4),
-    )
-    batch.advantages = torch.zeros(B)
-    batch.metrics["rollout/entropy"] = entropy
-    return batch
+    return small_rollout_batch(entropy, [0.0] * B)
 
 
 def make_module(eps_high: float = 0.28) -> SimpleNamespace:

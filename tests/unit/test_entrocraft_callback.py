@@ -16,6 +16,7 @@ from lit_entropy.advantages import compute_advantages
 from lit_entropy.callbacks.base import EntropyController
 from lit_entropy.callbacks.entrocraft import EntrocraftCallback
 from lit_entropy.data.batch import RolloutBatch
+from tests.helpers import small_rollout_batch
 
 YAML = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "entropy" / "entrocraft.yaml"
 
@@ -23,19 +24,8 @@ YAML = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "entropy" / 
 def make_batch(
     entropy: float, advantages: list[float], rewards: list[float] | None = None, group_size: int = 2
 ) -> RolloutBatch:
-    B = len(advantages)
-    batch = RolloutBatch(
-        input_ids=torch.ones(B, 4, dtype=torch.long),
-        attention_mask=torch.ones(B, 4, dtype=torch.bool),
-        response_mask=torch.tensor([[False, True, True, True]] * B),
-        rewards=torch.tensor(rewards, dtype=torch.float32) if rewards is not None else torch.zeros(B),
-        group_index=torch.arange(B) // group_size,
-        group_size=group_size,
-        sampler_logp=torch.zeros(B, 4),
-    )
-    batch.advantages = torch.tensor(advantages, dtype=torch.float32)
+    batch = small_rollout_batch(entropy, advantages, rewards, group_size)
     batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()  # as the module
-    batch.metrics["rollout/entropy"] = entropy
     return batch
 
 

@@ -14,21 +14,11 @@ from lit_entropy.callbacks.entropic import EntroPICCallback
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.entropic import entropic_term
 from lit_entropy.objectives.objective import PIC_PROB_THRESHOLD, Knobs, micro_batch_loss, select_tokens
+from tests.helpers import small_rollout_batch
 
 
 def make_batch(entropy: float, B: int = 4) -> RolloutBatch:
-    batch = RolloutBatch(
-        input_ids=torch.ones(B, 4, dtype=torch.long),
-        attention_mask=torch.ones(B, 4, dtype=torch.bool),
-        response_mask=torch.tensor([[False, True, True, True]] * B),
-        rewards=torch.zeros(B),
-        group_index=torch.arange(B) // 2,
-        group_size=2,
-        sampler_logp=torch.zeros(B, 4),
-    )
-    batch.advantages = torch.tensor([1.0, -1.0] * (B // 2))
-    batch.metrics["rollout/entropy"] = entropy
-    return batch
+    return small_rollout_batch(entropy, [1.0, -1.0] * (B // 2))
 
 
 def trainer_at(epoch: int, max_epochs: int = 11) -> SimpleNamespace:
