@@ -145,6 +145,9 @@ class OptimConfig:
     """Decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
     """Adam betas."""
+    eps: float = 1e-8
+    """Adam's epsilon. Adam divides by |g|: a gradient that is 0 in exact arithmetic (e.g. attention key
+    biases) but rounding noise in fp32 moves its parameter by about ±lr; a larger eps damps that."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip (0 = off)."""
     warmup_steps: int = 0
@@ -154,5 +157,7 @@ class OptimConfig:
         self.betas = tuple(self.betas)  # Hydra hands over a ListConfig
         if not self.lr > 0:
             raise ValueError(f"optim.lr={self.lr} must be > 0")
+        if not self.eps > 0:
+            raise ValueError(f"optim.eps={self.eps} must be > 0")
         if self.max_grad_norm < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("optim.max_grad_norm, optim.weight_decay and optim.warmup_steps must be >= 0")

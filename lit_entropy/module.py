@@ -7,6 +7,13 @@ count as the normaliser (manual optimisation, so no hidden division by the accum
 
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
 ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
+
+On W ranks (DDP or FSDP2) every rank holds the same rollout batch and the same minibatches. Passes
+without gradient shard the rows and all-gather the results; each optimizer step shards the
+minibatch's rows, normalises with the whole minibatch's counts, runs the same number of micro-batches
+on every rank (a zero-weight padding micro-batch where a rank has fewer rows) and scales the loss by W
+so that the strategies' gradient averaging yields the one-rank gradient sum. ``train/*`` sums are
+reduced over ranks before they are logged.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, needs_current_logp, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
+from lit_entropy.utils import dist
 
 
 class PolicyModule(pl.LightningModule):
@@ -85,18 +93,33 @@ class PolicyModule(pl.LightningModule):
         return out
 
     @torch.no_grad()
-    def _no_grad_pass(self, input_ids, attention_mask, **kw) -> list[torch.Tensor]:
-        """``token_stats`` over micro-batches in eval mode, outputs concatenated on the CPU."""
-        was_training = self.model.training
-        self.model.eval()
+    def _no_grad_pass(self, input_ids, attention_mask, model: torch.nn.Module | None = None,
+                      **kw) -> list[torch.Tensor]:
+        """``token_stats`` over micro-batches in eval mode, outputs concatenated on the CPU.
+
+        On W ranks each rank runs its contiguous block of rows and the blocks are all-gathered in rank
+        order; every rank runs the same number of forwards (FSDP2's forward is a collective), repeating
+        its first row where it has none left.
+        """
+        model = model or self.model
+        was_training = model.training
+        model.eval()
         parts: list[list[torch.Tensor]] = []
-        step = self.algo.micro_batch_size
-        for s in range(0, input_ids.shape[0], step):
-            out = self.token_stats(input_ids[s : s + step].to(self.device),
-                                   attention_mask[s : s + step].to(self.device), **kw)
-            parts.append([o.cpu() for o in out if o is not None])
-        self.model.train(was_training)
-        return [torch.cat(col) for col in zip(*parts, strict=True)]
+        n, step = input_ids.shape[0], self.algo.micro_batch_size
+        start, stop = dist.shard_bounds(n)
+        for k in range(dist.num_steps(n, step)):
+            lo, hi = start + k * step, min(stop, start + (k + 1) * step)
+            padding = hi <= lo
+            rows = slice(0, 1) if padding else slice(lo, hi)
+            out = self.token_stats(input_ids[rows].to(self.device), attention_mask[rows].to(self.device),
+                                   model=model, **kw)
+            if not padding:
+                parts.append([o.cpu() for o in out if o is not None])
+        model.train(was_training)
+        if not parts:  # this rank had no rows: empty columns of the right width
+            parts = [[o[:0].cpu() for o in out if o is not None]]
+        local = [torch.cat(col) for col in zip(*parts, strict=True)]
+        return dist.gather_rows(local)
 
     @torch.no_grad()
     def prepare_rollout(self, batch: RolloutBatch) -> None:
@@ -150,19 +173,32 @@ class PolicyModule(pl.LightningModule):
         sums: dict[str, torch.Tensor] = {}
         loss_total = torch.zeros((), device=self.device)
         step, n = self.algo.micro_batch_size, minibatch["input_ids"].shape[0]
-        for s in range(0, n, step):
-            rows = slice(s, s + step)
-            mb = {k: v[rows] for k, v in minibatch.items()}
+        world = dist.world_size()
+        start, stop = dist.shard_bounds(n)  # this rank's rows of the minibatch
+        for k in range(dist.num_steps(n, step)):
+            lo, hi = start + k * step, min(stop, start + (k + 1) * step)
+            padding = hi <= lo  # this rank ran out of rows: a zero-weight micro-batch keeps collectives in step
+            rows = slice(0, 1) if padding else slice(lo, hi)
+            mb = {key: v[rows] for key, v in minibatch.items()}
             logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
             if not need_entropy_grad:
                 ent = ent.detach()
             loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows), logp, ent)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
-            self.manual_backward(loss)
+            # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
+            self.manual_backward(loss * (0.0 if padding else float(world)))
+            if padding:
+                continue
             loss_total += loss.detach()
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0) + v
+            for key, v in stats.items():
+                sums[key] = sums.get(key, 0) + v
+        if world > 1:  # the same keys on every rank, even one that ran only padding
+            keys = ["pg_loss", "entropy", "clip_low", "clip_high", "ratio", "tokens"]
+            keys += ["kl"] if "ref_logp" in minibatch else []
+            local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
+            sums = dist.all_reduce_sum({**local, "loss": loss_total})
+            loss_total = sums.pop("loss")
         grad_norm = self._clip_and_step(opt, sched)
         denom = sel.num_tokens.clamp(min=1)
         metrics = {
@@ -192,8 +228,12 @@ class PolicyModule(pl.LightningModule):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """Gradient norm and clipping, on unscaled gradients (Lightning unscales fp16 ones before this)."""
-        norms = [p.grad.detach().float().norm() for p in self.parameters() if p.grad is not None]
-        self._grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=self.device)
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+            self._grad_norm = dist.full_tensor(norm).float()  # FSDP2: the norm over every rank's shard
+        else:
+            self._grad_norm = torch.zeros((), device=self.device)
         if not torch.isfinite(self._grad_norm):
             if self.trainer.precision == "16-mixed":
                 return  # the loss scaler skips this step and lowers its scale
@@ -202,9 +242,28 @@ class PolicyModule(pl.LightningModule):
             self.clip_gradients(optimizer, gradient_clip_val=self.optim_cfg.max_grad_norm,
                                 gradient_clip_algorithm="norm")
 
+    def configure_model(self) -> None:
+        """FSDP2 (``trainer=fsdp``): ``fully_shard`` each decoder layer, then the whole policy.
+
+        Lightning's ``ModelParallelStrategy`` calls this with its device mesh; other strategies leave
+        the model as it is.
+        """
+        mesh = getattr(self, "_device_mesh", None)
+        if mesh is None or any(dist.is_dtensor(p) for p in self.model.parameters()):
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
+        if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names and mesh["tensor_parallel"].size() > 1:
+            raise ValueError("trainer=fsdp shards data-parallel only: set tensor_parallel_size=1")
+        for layer in decoder_layers(self.model):
+            fully_shard(layer, mesh=dp_mesh)
+        fully_shard(self.model, mesh=dp_mesh)
+
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
-        opt = torch.optim.AdamW(self.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        opt = torch.optim.AdamW(self.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                weight_decay=cfg.weight_decay)
         warm = max(1, cfg.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -250,3 +309,9 @@ class PolicyModule(pl.LightningModule):
             a = float(batch.advantages[i]) if batch.advantages is not None else float("nan")
             lines.append(f"| `{batch.prompts[i]}` | `{comp}` | {float(batch.rewards[i]):.2f} | {a:+.2f} |")
         experiment.add_text("rollout/samples", "\n".join(lines), global_step=self.current_epoch)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks of a causal LM (the largest ``ModuleList``): FSDP2's unit of sharding."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []

@@ -57,16 +57,19 @@ def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
             owners[knob] = type(cb).__name__
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """Fit one run; returns the final logged metrics as floats."""
+def build(cfg: DictConfig, engine: Any = None) -> tuple[pl.Trainer, Any, Any]:
+    """The trainer, the module and the rollout DataModule of a composed config.
+
+    ``engine`` replaces the ``rollout`` group's engine factory (e.g. to share one started engine
+    between several fits in one process).
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # The in-process vLLM engine initialises a one-process torch.distributed group, which makes
     # Lightning suggest sync_dist for every epoch-level metric; on one device it changes nothing.
     warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
     pl.seed_everything(cfg.seed, workers=True)
     policy = instantiate(cfg.model).build()
-    engine = instantiate(cfg.rollout)
-    datamodule = instantiate(cfg.data, engine=engine)
+    datamodule = instantiate(cfg.data, engine=engine or instantiate(cfg.rollout))
     module = instantiate(
         cfg.module, policy=policy, algo=instantiate(cfg.algo), optim=instantiate(cfg.optim), _recursive_=False
     )
@@ -77,6 +80,12 @@ def run(cfg: DictConfig) -> dict[str, float]:
     if loggers:
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    return trainer, module, datamodule
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Fit one run; returns the final logged metrics as floats."""
+    trainer, module, datamodule = build(cfg)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     finally:

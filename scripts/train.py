@@ -18,13 +18,14 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from lit_entropy.train import run  # noqa: E402
+from lit_entropy.utils.dist import rank  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     metrics = run(cfg)
     for key in ("rollout/accuracy", "rollout/entropy"):
-        if key in metrics:
+        if key in metrics and rank() == 0:
             print(f"final {key} = {metrics[key]:.4f}")
     return metrics.get("rollout/accuracy")
 

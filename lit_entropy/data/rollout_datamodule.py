@@ -5,6 +5,12 @@ the engine to the trainer's weights, draws prompts, samples G completions per pr
 an isolated reward runner, asks the module for advantages and the pre-update pass, lets every callback
 with an ``on_rollout_batch(trainer, pl_module, batch)`` hook reshape the batch, and serves the kept rows
 as minibatches (one optimizer step each).
+
+On W ranks (``trainer=ddp`` / ``trainer=fsdp``) each rank generates and scores a contiguous block of
+whole groups, seeded by global prompt index, and the groups are all-gathered in rank order: every
+rank then holds exactly the batch one rank would have built, so advantages, the pre-update pass,
+``rollout/entropy`` and every controller's decision are identical on all ranks. The minibatch list is
+the same on every rank too; the module shards each minibatch's rows (``PolicyModule.training_step``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.data.prompts import PromptSource
 from lit_entropy.rewards.runner import RewardRunner
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_entropy.utils import dist
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +81,10 @@ class RolloutDataModule(pl.LightningDataModule):
                 raise ValueError("RolloutDataModule needs a rollout engine (the `rollout` config group)")
             tok = module.tokenizer
             max_len = getattr(module.model.config, "max_position_embeddings", None)
+            trainer = getattr(module, "_trainer", None)
+            world = trainer.world_size if trainer is not None else 1
             self.engine = self.engine_factory(model_path=module.policy_path, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                                              max_model_len=max_len)
+                                              max_model_len=max_len, world_size=world)
 
     def teardown(self, stage: str) -> None:
         if self.rewards is not None:
@@ -155,26 +164,36 @@ class RolloutDataModule(pl.LightningDataModule):
         return batch
 
     def _generate_round(self, module: Any, iteration: int, rnd: int, metrics: dict) -> tuple[list, dict, int]:
+        """Draw, generate and score one round of prompts: this rank's block, then all-gathered."""
         tok = module.tokenizer
         prompts = self.prompts.sample(self.prompts_per_iter, iteration, rnd)
         prompt_ids = [tok.encode(p.text, add_bos=True) for p in prompts]
+        start, stop = dist.shard_bounds(len(prompts))
         t0 = time.perf_counter()
         seed = random.Random(f"{self.seed}:gen:{iteration}:{rnd}").randrange(2**30)
-        gens = self.engine.generate(prompt_ids, self.group_size, self.sampling, seed=seed)
+        gens = self.engine.generate(prompt_ids[start:stop], self.group_size, self.sampling, seed=seed,
+                                    first_index=start) if stop > start else []
         metrics["time/generate"] += time.perf_counter() - t0
         t0 = time.perf_counter()
+        G = self.group_size
         flat = [g for per_prompt in gens for g in per_prompt]
         texts = [tok.decode([t for t in g.token_ids if t != tok.eos_id]) for g in flat]
-        row_prompts = [p.text for p in prompts for _ in range(self.group_size)]
-        refs = [p.reference for p in prompts for _ in range(self.group_size)]
-        scores, stats = self.rewards.score(row_prompts, texts, refs)
+        mine = prompts[start:stop]
+        scores, stats = self.rewards.score([p.text for p in mine for _ in range(G)], texts,
+                                           [p.reference for p in mine for _ in range(G)])
+        errors = stats.errors + stats.timeouts + stats.non_finite
+        parts = dist.gather_objects((gens, scores, texts, errors))  # rank order = global prompt order
+        gens = [per_prompt for p in parts for per_prompt in p[0]]
+        scores = [s for p in parts for s in p[1]]
+        texts = [t for p in parts for t in p[2]]
+        errors = sum(p[3] for p in parts)
         metrics["time/score"] += time.perf_counter() - t0
-        batch = build_batch(prompt_ids, gens, scores, self.group_size, pad_id=tok.pad_id)
+        flat = [g for per_prompt in gens for g in per_prompt]
+        batch = build_batch(prompt_ids, gens, scores, G, pad_id=tok.pad_id)
         round_metrics = rollout_metrics(batch, flat, texts, self.correct_threshold)
-        G = self.group_size
         groups = [(p, ids, g, scores[i * G : (i + 1) * G], texts[i * G : (i + 1) * G])
                   for i, (p, ids, g) in enumerate(zip(prompts, prompt_ids, gens, strict=True))]
-        return groups, round_metrics, stats.errors + stats.timeouts + stats.non_finite
+        return groups, round_metrics, errors
 
 
 def build_batch(

@@ -45,9 +45,13 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def generate(
-        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int, first_index: int = 0
     ) -> list[list[Generation]]:
-        """``n`` completions for each prompt, as a list per prompt, in prompt order."""
+        """``n`` completions for each prompt, as a list per prompt, in prompt order.
+
+        ``first_index`` is the global index of ``prompts[0]`` when a rank generates one block of the
+        iteration's prompts; engines seed by global index so that W ranks reproduce one rank's samples.
+        """
 
     @abstractmethod
     def sync_weights(self, model: torch.nn.Module) -> None:

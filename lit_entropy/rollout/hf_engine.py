@@ -2,13 +2,23 @@
 
 It samples from the trainer's own module (no copy, so weight sync is free) in chunks of prompts, and
 reports the sampler's log-probs at the sampling temperature from the generation scores.
+
+Chunks sit at multiples of ``prompts_per_chunk`` in the iteration's global prompt order and each is
+seeded by ``(seed, chunk index)``, so when every rank's block of prompts is a multiple of
+``prompts_per_chunk`` W ranks sample exactly what one rank samples (``generate`` draws for the whole
+chunk at once, so a chunk cut differently samples differently). Under FSDP2 the live module is sharded
+and its forward is a collective that ranks generating different prompts cannot share: the engine then
+keeps a full, unsharded copy of the weights, refreshed at every sync.
 """
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_entropy.utils import dist
 
 
 class HFEngine(RolloutEngine):
@@ -19,11 +29,20 @@ class HFEngine(RolloutEngine):
         self.model: torch.nn.Module | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        self.model = model  # generates with the live module
+        if not any(dist.is_dtensor(p) for p in model.parameters()):
+            self.model = model  # generates with the live module
+            return
+        state = dict(dist.full_state_items(model))  # collective: every rank syncs at the same time
+        if self.model is None or self.model is model:
+            from transformers import AutoModelForCausalLM
+
+            copy = AutoModelForCausalLM.from_config(model.config)
+            self.model = copy.to(device=next(iter(state.values())).device, dtype=next(iter(state.values())).dtype)
+        self.model.load_state_dict(state)
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int, first_index: int = 0
     ) -> list[list[Generation]]:
         if self.model is None:
             raise RuntimeError("HFEngine.generate called before sync_weights(model)")
@@ -31,12 +50,17 @@ class HFEngine(RolloutEngine):
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        C = self.prompts_per_chunk
         result: list[list[Generation]] = []
         try:
-            for start in range(0, len(prompts), self.prompts_per_chunk):
-                chunk = prompts[start : start + self.prompts_per_chunk]
-                result.extend(self._generate_chunk(model, chunk, n, sampling, gen, device))
+            start = 0
+            while start < len(prompts):
+                g = first_index + start  # global index: chunks sit at multiples of C in the global order
+                stop = min(len(prompts), start + C - g % C)
+                chunk_seed = random.Random(f"{seed}:{g // C}:{g % C}").randrange(2**62)
+                gen = torch.Generator(device="cpu").manual_seed(chunk_seed)
+                result.extend(self._generate_chunk(model, prompts[start:stop], n, sampling, gen, device))
+                start = stop
         finally:
             model.train(was_training)
         return result

