@@ -52,6 +52,7 @@ class VLLMEngine(RolloutEngine):
         self.eos_id = eos_id
         self.show_progress = show_progress
         self.stale = False  # a failed weight sync leaves the engine refusing to generate until one succeeds
+        self.signature: dict[str, tuple] | None = None  # names and shapes of the first sync
         extra = dict(extra_engine_args or {})
         group_ready = tdist.is_available() and tdist.is_initialized()
         if world_size > 1 or group_ready:
@@ -123,13 +124,19 @@ class VLLMEngine(RolloutEngine):
         """Load ``model``'s weights (DDP or FSDP2: shards are gathered to full tensors first) in place.
 
         Every rank must call it at the same time when the module is FSDP2-sharded. The tensors are
-        checked before anything is loaded; a load that still fails marks the engine stale (``generate``
-        refuses) and raises naming the cause, instead of leaving half-loaded weights to sample from.
+        checked before anything is loaded (finite, unsharded, the names and shapes of the first sync: a
+        vLLM reload that fails half-way can leave the engine unable to reload again); a load that still
+        fails marks the engine stale (``generate`` refuses) and raises naming the cause, instead of
+        leaving half-loaded weights to sample from.
         """
         state = dist.full_state_items(model)
         bad = [name for name, t in state if dist.is_dtensor(t) or not torch.isfinite(t).all()]
         if bad:
             raise RuntimeError(f"weight sync refused: non-finite or still-sharded tensors {bad[:5]}")
+        signature = {name: tuple(t.shape) for name, t in state}
+        if self.signature is not None and signature != self.signature:
+            diff = sorted(set(signature.items()) ^ set(self.signature.items()))[:4]
+            raise RuntimeError(f"weight sync refused: names or shapes differ from the engine's weights {diff}")
         try:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state)})
             self.llm.reset_prefix_cache()
@@ -138,6 +145,7 @@ class VLLMEngine(RolloutEngine):
             raise RuntimeError(f"weight sync into vLLM failed ({type(err).__name__}: {err}); the engine "
                                "is marked stale and will not generate until a sync succeeds") from err
         self.stale = False
+        self.signature = signature
 
     def close(self) -> None:
         """Shut the engine down; a process group it did not create (the trainer's) is left alone."""

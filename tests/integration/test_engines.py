@@ -88,3 +88,64 @@ def test_hf_engine_logprobs_match_trainer(policy):
     assert [g.token_ids for p in gens for g in p] == [g.token_ids for p in again for g in p]
     ours, sampler = trainer_logp(policy, prompts, gens, temperature=1.0)
     assert (ours - sampler).abs().mean() <= 1e-3
+
+
+def test_engines_seed_by_global_prompt_index(policy, vllm_engine):
+    """A block of prompts generated with ``first_index`` gives what the whole list gives for those prompts."""
+    from lit_entropy.rollout.hf_engine import HFEngine
+
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=10)
+    prompts = prompts_for(policy)
+    tok = policy.tokenizer
+    hf = HFEngine(policy.path, eos_id=tok.eos_id, pad_id=tok.pad_id, prompts_per_chunk=1)
+    hf.sync_weights(policy.model)
+    for engine in (vllm_engine, hf):
+        whole = engine.generate(prompts, n=2, sampling=sampling, seed=3)
+        tail = engine.generate(prompts[1:], n=2, sampling=sampling, seed=3, first_index=1)
+        ids = lambda gens: [g.token_ids for p in gens for g in p]  # noqa: E731
+        assert ids(tail) == ids(whole[1:]), type(engine).__name__
+        assert ids(engine.generate(prompts[1:], n=2, sampling=sampling, seed=3)) != ids(whole[1:])
+
+
+def test_vllm_sync_refuses_bad_weights_and_never_samples_half_loaded_ones(policy, vllm_engine, monkeypatch):
+    import copy
+
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=8)
+    prompts = prompts_for(policy)
+    vllm_engine.sync_weights(policy.model)
+    broken = copy.deepcopy(policy.model)
+    with torch.no_grad():
+        next(broken.parameters()).fill_(float("nan"))
+    with pytest.raises(RuntimeError, match="non-finite"):
+        vllm_engine.sync_weights(broken)  # refused before anything is loaded: the engine still works
+    wrong = copy.deepcopy(policy.model)
+    wrong.lm_head.weight = torch.nn.Parameter(torch.zeros(3, 3))
+    with pytest.raises(RuntimeError, match="shapes differ"):
+        vllm_engine.sync_weights(wrong)
+    vllm_engine.generate(prompts, n=1, sampling=sampling, seed=0)
+
+    def failing_rpc(*args, **kwargs):
+        raise OSError("simulated failure inside the engine")
+
+    monkeypatch.setattr(vllm_engine.llm, "collective_rpc", failing_rpc)
+    with pytest.raises(RuntimeError, match="weight sync into vLLM failed.*simulated"):
+        vllm_engine.sync_weights(policy.model)
+    with pytest.raises(RuntimeError, match="stale"):
+        vllm_engine.generate(prompts, n=1, sampling=sampling, seed=0)
+    monkeypatch.undo()
+    vllm_engine.sync_weights(policy.model)  # a good sync heals it
+    gens = vllm_engine.generate(prompts, n=2, sampling=sampling, seed=1)
+    ours, sampler = trainer_logp(policy, prompts, gens, temperature=1.0)
+    assert (ours - sampler).abs().mean() <= 1e-3
+
+
+def test_vllm_engine_refuses_a_world_it_cannot_see(policy):
+    pytest.importorskip("vllm")
+    import torch.distributed as tdist
+
+    from lit_entropy.rollout.vllm_engine import VLLMEngine
+
+    tok = policy.tokenizer
+    expected = "no process group" if not tdist.is_initialized() else "process group has"
+    with pytest.raises(RuntimeError, match=expected):
+        VLLMEngine(policy.path, eos_id=tok.eos_id, max_model_len=64, world_size=2)
