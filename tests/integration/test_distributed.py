@@ -36,6 +36,7 @@ CONFIGS = {
     "seq_mean_token_sum_norm": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.loss_norm_constant=16"],
     "clip_cov": ["algo=clip_cov", "algo.num_minibatches=3", "algo.micro_batch_size=4",
                  "algo.selection_args.rho=0.05"],
+    "dapo": ["algo=dapo", "algo.num_minibatches=3", "algo.micro_batch_size=4"],  # dynamic sampling
     "two_iterations": ["trainer.max_epochs=2"],  # the vLLM sync after an update
 }
 STRATEGIES = ("ddp", "fsdp")
