@@ -59,6 +59,10 @@ class AlgoConfig:
     """Initial KL-to-reference coefficient (knob); 0 = off and no reference model is loaded."""
     kl_kind: str = "k3"
     """KL estimator: k1, k2 or k3 (Schulman 2020)."""
+    kl_clamp: float | None = None
+    """Clamp each token's KL estimate to [−kl_clamp, kl_clamp] (None = off). k3's gradient,
+    1 − π_ref/π_θ, grows like exp(log-ratio) where the policy has moved far below the reference; a
+    clamp of 10 (verl's ``low_var_kl``) bounds it at about 12.5 and drops such tokens from the penalty."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal, and draw more prompts to refill the batch."""
     max_sampling_rounds: int = 3
@@ -91,6 +95,8 @@ class AlgoConfig:
         for name in ("entropy_coef", "kl_coef", "beta_rank", "max_sampling_rounds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 0")
+        if self.kl_clamp is not None and not self.kl_clamp > 0:
+            raise ValueError(f"algo.kl_clamp={self.kl_clamp} must be > 0 (or null for no clamp)")
 
     def _check_choices(self) -> None:
         for name, value, allowed in (

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lit_entropy.objectives.policy_loss import LOG_RATIO_CLAMP
+
 
 def entropic_term(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, high_prob: Tensor, count: Tensor | int
@@ -36,7 +38,7 @@ def entropic_term(
     # Mask the log-ratio before exponentiating: padding can hold arbitrary log-probs, and an overflowing
     # exp in the unselected branch of a `where` would still turn the gradient into NaN (0·inf).
     delta = torch.where(high_prob, logp.float() - old_logp.float(), 0.0)
-    r = torch.exp(delta)
+    r = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # bounded like the surrogate's ratio
     values = torch.where(high_prob, -r * adv.float().abs(), 0.0)
     total = values.sum()
     count = torch.as_tensor(count, device=total.device)

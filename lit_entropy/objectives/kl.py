@@ -25,7 +25,9 @@ KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3")
 K3_LOG_RATIO_CLAMP = 20.0
 
 
-def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str, mask: Tensor | None = None) -> Tensor:
+def kl_estimate(
+    logp: Tensor, ref_logp: Tensor, kind: str, mask: Tensor | None = None, clamp: float | None = None
+) -> Tensor:
     """Per-token estimate [B, L] (fp32) of ``KL(π_θ‖π_ref)`` from the sampled tokens' log-probs.
 
     ``logp`` (current policy, carries the gradient) and ``ref_logp`` (reference policy) are [B, L];
@@ -33,6 +35,9 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str, mask: Tensor | None =
     ``mask`` both inputs are replaced by 0 outside it (``torch.where``) before any arithmetic, so the
     estimate is 0 there and garbage (even NaN) in padding cannot leak into the gradient. Masking for
     the reduction is otherwise left to :func:`~lit_entropy.objectives.policy_loss.aggregate`.
+
+    ``clamp`` (optional, > 0) clamps the estimate to ``[−clamp, clamp]``: tokens past it carry no
+    gradient, which bounds k3's gradient ``1 − exp(log_ratio)`` (verl's ``low_var_kl`` is k3 with 10).
     """
     if kind not in KL_KINDS:
         raise ValueError(f"unknown KL estimator {kind!r}; expected one of {KL_KINDS}")
@@ -45,11 +50,13 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str, mask: Tensor | None =
         ref_logp = torch.where(mask, ref_logp, zero)
     log_ratio = ref_logp - logp
     if kind == "k1":
-        return -log_ratio
-    if kind == "k2":
-        return 0.5 * log_ratio.square()
-    clamped = log_ratio.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
-    return torch.exp(clamped) - clamped - 1.0
+        kl = -log_ratio
+    elif kind == "k2":
+        kl = 0.5 * log_ratio.square()
+    else:
+        clamped = log_ratio.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
+        kl = torch.exp(clamped) - clamped - 1.0
+    return kl if clamp is None else kl.clamp(-float(clamp), float(clamp))
 
 
 def kl_penalty(

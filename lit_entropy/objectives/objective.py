@@ -27,6 +27,7 @@ from lit_entropy.objectives.policy_loss import (
     entropy_bonus,
     global_counts,
     gspo_surrogate,
+    ratio,
 )
 
 
@@ -86,7 +87,7 @@ def select_tokens(
     args = dict(algo.selection_args)
     sel = TokenSelection(loss_mask=mask)
     if algo.selection == "clip_cov":
-        r = torch.exp(current_logp - mb["old_logp"])
+        r = ratio(current_logp, mb["old_logp"])
         clipped = ((adv > 0) & (r > 1 + knobs.eps_high)) | ((adv < 0) & (r < 1 - knobs.eps_low))
         sel.detach, frac = rules.clip_cov(current_logp, adv, mask, clipped & mask, generator=generator, **args)
     elif algo.selection == "kl_cov":
@@ -130,8 +131,8 @@ def micro_batch_loss(
     else:
         loss_tok, info = clipped_surrogate(logp, old, adv, knobs.eps_low, knobs.eps_high, algo.dual_clip,
                                            mask=mask)
-    if sel.detach is not None:
-        loss_tok = torch.where(sel.detach, loss_tok.detach(), loss_tok)
+    if sel.detach is not None:  # Clip-Cov: no gradient, and no value either (train/pg_loss reports the rest)
+        loss_tok = torch.where(sel.detach, torch.zeros((), device=loss_tok.device), loss_tok)
     if "row_weight" in mb:  # a rollout hook's reweighting (Entrocraft's per-prompt 1/|S_x|)
         loss_tok = loss_tok * mb["row_weight"][:, None]
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
@@ -143,7 +144,7 @@ def micro_batch_loss(
             raise ValueError("the entropy bonus needs the entropy with gradient")
         loss = loss + entropy_bonus(entropy, mask, knobs.entropy_coef, algo.loss_agg, **counts)
     with torch.no_grad():
-        r = torch.exp(logp.detach() - old)
+        r = ratio(logp.detach(), old)
         stats = {
             "pg_loss": pg_loss.detach(),
             "clip_low": (info["clipped_low"] & mask).sum(),
@@ -154,7 +155,7 @@ def micro_batch_loss(
         if entropy is not None:
             stats["entropy"] = torch.where(mask, entropy.detach(), 0.0).sum()
     if "ref_logp" in mb:
-        kl_tok = kl_estimate(logp, mb["ref_logp"], algo.kl_kind, mask=mask)
+        kl_tok = kl_estimate(logp, mb["ref_logp"], algo.kl_kind, mask=mask, clamp=algo.kl_clamp)
         if knobs.kl_coef > 0:
             loss = loss + knobs.kl_coef * aggregate(kl_tok, mask, algo.loss_agg, **counts)
         stats["kl"] = torch.where(mask, kl_tok.detach(), 0.0).sum()

@@ -16,10 +16,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+LOG_RATIO_CLAMP = 20.0
+"""|log r| bound before ``exp`` (verl's value). Past ±88.7 fp32 ``exp`` overflows and the loss and its
+gradient turn NaN; a token 20 nats off-policy (r ≈ 4.9e8) carries no gradient instead — PPO's clip would
+already have removed the gradient of most such tokens."""
+
+GSPO_LOG_RATIO_CLAMP = 10.0
+"""Upper bound on GSPO's sequence log-ratio (verl clamps it at 10) and, symmetrically, the lower one."""
+
 
 def ratio(logp: Tensor, old_logp: Tensor) -> Tensor:
-    """Importance ratio ``r = exp(logp − old_logp)`` in fp32."""
-    return torch.exp(logp.float() - old_logp.float())
+    """Importance ratio ``r = exp(clamp(logp − old_logp, ±LOG_RATIO_CLAMP))`` in fp32 (finite for any input)."""
+    log_r = logp.float() - old_logp.float()
+    return torch.exp(log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 def clipped_surrogate(
@@ -270,8 +279,10 @@ def gspo_surrogate(
 
     lengths = mask.sum(dim=-1)
     seq_log_ratio = (lp - old).sum(dim=-1) / lengths.clamp(min=1).to(torch.float32)
+    seq_log_ratio = seq_log_ratio.clamp(-GSPO_LOG_RATIO_CLAMP, GSPO_LOG_RATIO_CLAMP)  # exp stays finite
     seq_ratio = torch.exp(seq_log_ratio.detach())  # sg[s_i]
     token_ratio = seq_ratio.unsqueeze(-1) * torch.exp(lp - lp.detach())  # value s_i, d/dlogp_t = s_i
+    # (|log s_i| is bounded by GSPO_LOG_RATIO_CLAMP, so s_i and its gradient stay finite.)
 
     unclipped = token_ratio * adv
     clipped = torch.clamp(token_ratio, 1.0 - eps_low, 1.0 + eps_high) * adv

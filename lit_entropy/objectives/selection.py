@@ -158,7 +158,9 @@ def kl_cov(logp: Tensor, advantages: Tensor, mask: Tensor, k: float = 2e-3) -> t
     """KL-Cov (Cui et al. 2025): the response tokens that get the KL penalty in :func:`kl_cov_loss`.
 
     Rule: ``c_t = (A_t − mean A)·(logp_t − mean logp)`` (means over the ``N`` response tokens); select the
-    top ``⌊k·N⌋`` response tokens by ``c_t`` (none when ``⌊k·N⌋ = 0``; ties → earlier row-major index).
+    top ``max(1, ⌊k·N⌋)`` response tokens by ``c_t`` (ties → earlier row-major index). At least one, as
+    Clip-Cov does: with ``⌊k·N⌋ = 0`` (a small minibatch, the 32B value of ``k``) the penalty would vanish
+    and the loss become the unclipped ``−A·r`` alone. ``k = 0`` selects none.
     Paper values: ``k = 2e-3`` (7B class), ``2e-4`` (32B class).
 
     Returns ``(selected_mask [B, L] bool, frac = selected / N)``.
@@ -167,7 +169,8 @@ def kl_cov(logp: Tensor, advantages: Tensor, mask: Tensor, k: float = 2e-3) -> t
     if not 0 <= k <= 1:
         raise ValueError(f"k must be in [0, 1], got {k}")
     n = int(mask.sum())
-    selected = _top_k(covariance_terms(logp, advantages, mask), mask, _count(k, n, "floor"))
+    count = max(1, _count(k, n, "floor")) if k > 0 and n > 0 else 0
+    selected = _top_k(covariance_terms(logp, advantages, mask), mask, count)
     return selected, _frac(selected, n)
 
 

@@ -114,10 +114,12 @@ def test_kl_cov_top_k_hand_values():
     assert torch.equal(m, _b([[T, F, F], [F, T, F]])) and frac.item() == 0.5
     m, _ = kl_cov(LOGP, ADV, MASK, k=0.75)  # 3: then -1.5 (padding c would be 0 > -1.5 if it leaked)
     assert torch.equal(m, _b([[T, T, F], [F, T, F]]))
-    m, frac = kl_cov(LOGP, ADV, MASK, k=0.2)  # floor(0.8) = 0 -> none
+    m, frac = kl_cov(LOGP, ADV, MASK, k=0.2)  # floor(0.8) = 0 -> at least one: the top token (3.5)
+    assert torch.equal(m, _b([[F, F, F], [F, T, F]])) and frac.item() == 0.25
+    m, _ = kl_cov(LOGP, ADV, MASK)  # default k = 2e-3 on 4 tokens -> at least one
+    assert int(m.sum()) == 1
+    m, frac = kl_cov(LOGP, ADV, MASK, k=0.0)  # k = 0 turns the rule off
     assert not m.any() and frac.item() == 0.0
-    m, _ = kl_cov(LOGP, ADV, MASK)  # default k = 2e-3 on 4 tokens -> none
-    assert not m.any()
 
 
 def test_kl_cov_equal_advantages_ties_go_row_major():
