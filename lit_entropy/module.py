@@ -18,6 +18,7 @@ reduced over ranks before they are logged.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -111,8 +112,9 @@ class PolicyModule(pl.LightningModule):
             lo, hi = start + k * step, min(stop, start + (k + 1) * step)
             padding = hi <= lo
             rows = slice(0, 1) if padding else slice(lo, hi)
-            out = self.token_stats(input_ids[rows].to(self.device), attention_mask[rows].to(self.device),
-                                   model=model, **kw)
+            with self._precision_context():  # the update's autocast: the first ratio is exactly 1
+                out = self.token_stats(input_ids[rows].to(self.device), attention_mask[rows].to(self.device),
+                                       model=model, **kw)
             if not padding:
                 parts.append([o.cpu() for o in out if o is not None])
         model.train(was_training)
@@ -120,6 +122,11 @@ class PolicyModule(pl.LightningModule):
             parts = [[o[:0].cpu() for o in out if o is not None]]
         local = [torch.cat(col) for col in zip(*parts, strict=True)]
         return dist.gather_rows(local)
+
+    def _precision_context(self) -> contextlib.AbstractContextManager:
+        """The trainer's precision context (autocast for bf16/fp16), or nothing outside a Trainer."""
+        trainer = self._trainer
+        return trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext()
 
     @torch.no_grad()
     def prepare_rollout(self, batch: RolloutBatch) -> None:

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.data.prompts import PromptSource
+from lit_entropy.precision import engine_dtype_for
 from lit_entropy.rewards.runner import RewardRunner
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
@@ -85,6 +86,12 @@ class RolloutDataModule(pl.LightningDataModule):
             world = trainer.world_size if trainer is not None else 1
             self.engine = self.engine_factory(model_path=module.policy_path, eos_id=tok.eos_id, pad_id=tok.pad_id,
                                               max_model_len=max_len, world_size=world)
+            want = engine_dtype_for(trainer.precision if trainer is not None else None)
+            have = getattr(self.engine, "dtype", None)
+            if want and have and want != have:
+                log.warning("the rollout engine samples in %s but the trainer computes in %s (precision=%s): "
+                            "sampler and trainer log-probs will disagree; set rollout.dtype=%s or use the "
+                            "precision/ group, which sets both", have, want, trainer.precision, want)
 
     def teardown(self, stage: str) -> None:
         if self.rewards is not None:

@@ -50,6 +50,7 @@ class VLLMEngine(RolloutEngine):
         from vllm import LLM
 
         self.eos_id = eos_id
+        self.dtype = dtype
         self.show_progress = show_progress
         self.stale = False  # a failed weight sync leaves the engine refusing to generate until one succeeds
         self.signature: dict[str, tuple] | None = None  # names and shapes of the first sync

@@ -1,0 +1,68 @@
+"""Precision (DESIGN §8): a real FP16 loss scaler on CPU, the engine dtype, and why ratios stay fp32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_entropy.objectives.policy_loss import clipped_surrogate
+from lit_entropy.precision import engine_dtype_for, fp16_mixed
+
+
+def test_fp16_plugin_on_cpu_skips_an_overflowing_step_and_halves_the_scale():
+    plugin = fp16_mixed("cpu", init_scale=1024.0)
+    assert plugin.precision == "16-mixed" and plugin.device == "cpu"
+    scaler = plugin.scaler
+    layer = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in layer.parameters()]
+    with plugin.forward_context():
+        out = layer(torch.ones(2, 3))
+    assert out.dtype == torch.float16  # fp16 autocast on the CPU, not bf16
+    scaler.scale(out.float().sum() * float("inf")).backward()  # an overflow
+    scaler.step(opt)
+    scaler.update()
+    assert all(torch.equal(a, p) for a, p in zip(before, layer.parameters(), strict=True))  # step skipped
+    assert scaler.get_scale() == 512.0  # scale halved
+    opt.zero_grad()
+    with plugin.forward_context():
+        loss = layer(torch.ones(2, 3)).float().sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert not all(torch.equal(a, p) for a, p in zip(before, layer.parameters(), strict=True))  # a real step
+
+
+def test_engine_dtype_follows_the_trainer():
+    assert engine_dtype_for("32-true") == "float32"
+    assert engine_dtype_for("bf16-mixed") == "bfloat16"
+    assert engine_dtype_for("16-mixed") == "float16"
+    assert engine_dtype_for(None) is None
+    with pytest.raises(ValueError, match="accelerator"):
+        fp16_mixed("tpu")
+
+
+def test_bf16_rounded_log_probs_bias_clipping_and_fp32_removes_it():
+    """Petrenko et al. 2026: on-policy tokens (logp == logp_old) whose current log-prob is held in bf16 get
+    ratios off 1 by up to ~1 %, enough to clip them under a tight clip range; the fp32 path gives r = 1."""
+    g = torch.Generator().manual_seed(0)
+    old = -4.0 * torch.rand(4096, 64, generator=g)  # fp32 pre-update log-probs
+    adv = torch.randn(4096, 1, generator=g).expand(4096, 64)
+    eps = 3e-3  # a tight clip range (GSPO-sized ranges are tighter still)
+    exact, info32 = clipped_surrogate(old.clone(), old, adv, eps, eps)
+    bf16_logp = old.to(torch.bfloat16).float()  # the same log-probs computed and held in bf16
+    rounded, info16 = clipped_surrogate(bf16_logp, old, adv, eps, eps)
+    clip32 = float((info32["clipped_low"] | info32["clipped_high"]).float().mean())
+    clip16 = float((info16["clipped_low"] | info16["clipped_high"]).float().mean())
+    assert clip32 == 0.0 and bool((info32["ratio"] == 1).all())
+    assert clip16 > 0.1  # measured 0.18 of on-policy tokens lose their gradient
+    # The bias: bf16's error grows with |logp|, so the clipped tokens are the unlikely ones, whose
+    # positive-advantage updates are the ones that raise entropy (the drift toward collapse).
+    clipped_pos = info16["clipped_high"]
+    assert float(-old[clipped_pos].mean()) > float(-old[adv > 0].mean()) + 0.5
+    # The ratio spread bf16 induces on-policy, versus none in fp32.
+    assert float((info16["ratio"] - 1).abs().max()) > 5e-3
+    # Our loss casts to fp32 whatever it is given: bf16 inputs holding the same values give the same result.
+    same, _ = clipped_surrogate(old.to(torch.bfloat16), old.to(torch.bfloat16), adv.to(torch.bfloat16), eps, eps)
+    assert same.dtype == torch.float32 and bool((same == -adv.to(torch.bfloat16).float()).all())
+    assert exact.dtype == torch.float32 and rounded.dtype == torch.float32
