@@ -121,7 +121,14 @@ class TinyLabPolicy:
     init_seed: int = 0
     """Seed of the random initialisation."""
 
+    lora: Any = None
+    """LoRA adapters (``{r, alpha, dropout, target_modules}``, :class:`lit_entropy.lora.LoRAConfig`); None = full
+    fine-tuning."""
+
     def __post_init__(self) -> None:
+        from lit_entropy.lora import as_lora_config
+
+        self.lora = as_lora_config(self.lora)  # a bad key or value fails here, before the warm start
         from lit_entropy.tasks.countdown import CountdownConfig
 
         if isinstance(self.arch, dict):
@@ -152,7 +159,7 @@ class TinyLabPolicy:
         else:
             log.info("Reusing warm-started lab policy at %s", path)
         model = Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-        return PolicyBundle(model=model, tokenizer=CharTokenizer.load(path), path=str(path))
+        return PolicyBundle(model=with_lora(model, self.lora), tokenizer=CharTokenizer.load(path), path=str(path))
 
     def _warm_start_and_save(self, path: Path) -> None:
         from lit_entropy.tokenizer import CharTokenizer
@@ -184,6 +191,13 @@ class HFPolicy:
     """Weights dtype for training; log-probs are fp32 regardless."""
     trust_remote_code: bool = False
     """Passed to ``from_pretrained``."""
+    lora: Any = None
+    """LoRA adapters (``{r, alpha, dropout, target_modules}``); None = full fine-tuning."""
+
+    def __post_init__(self) -> None:
+        from lit_entropy.lora import as_lora_config
+
+        self.lora = as_lora_config(self.lora)
 
     def build(self) -> PolicyBundle:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -194,7 +208,16 @@ class HFPolicy:
             self.name_or_path, dtype=getattr(torch, self.dtype), trust_remote_code=self.trust_remote_code
         )
         hf_tok = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=self.trust_remote_code)
-        return PolicyBundle(model=model, tokenizer=HFTokenizerAdapter(hf_tok), path=self.name_or_path)
+        return PolicyBundle(model=with_lora(model, self.lora), tokenizer=HFTokenizerAdapter(hf_tok),
+                            path=self.name_or_path)
+
+
+def with_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
+    """``model`` wrapped with fresh LoRA adapters when ``lora`` is set, else as it is."""
+    from lit_entropy.lora import apply_lora, as_lora_config
+
+    cfg = as_lora_config(lora)
+    return model if cfg is None else apply_lora(model, cfg)
 
 
 class HFTokenizerAdapter:

@@ -32,6 +32,7 @@ from lit_entropy.algo import AlgoConfig, OptimConfig
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
+from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, needs_current_logp, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.utils import dist
@@ -70,7 +71,7 @@ class PolicyModule(pl.LightningModule):
         # Frozen reference for the KL term, loaded only when it is used; kept out of the module's
         # submodules so it is neither optimised nor checkpointed (it is the initial policy).
         self.ref_model: torch.nn.Module | None = None
-        if self.algo.kl_coef > 0:
+        if self.algo.kl_coef > 0 and not is_peft(self.model):  # LoRA: the reference is adapters-off
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             object.__setattr__(self, "ref_model", ref)
         self._update_started = 0.0
@@ -140,6 +141,9 @@ class PolicyModule(pl.LightningModule):
         if self.ref_model is not None:
             batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False,
                                                 model=self.ref_model)[0]
+        elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
+            with self.model.disable_adapter():
+                batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False)[0]
         resp = batch.response_mask
         finite = torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()
         if not finite:
@@ -269,7 +273,8 @@ class PolicyModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
-        opt = torch.optim.AdamW(self.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+        params = [p for p in self.parameters() if p.requires_grad]  # LoRA: the adapters only
+        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                 weight_decay=cfg.weight_decay)
         warm = max(1, cfg.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))

@@ -23,6 +23,7 @@ from unittest import mock
 import torch
 import torch.distributed as tdist
 
+from lit_entropy.lora import is_peft, merged_state_items
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
 
@@ -130,7 +131,7 @@ class VLLMEngine(RolloutEngine):
         fails marks the engine stale (``generate`` refuses) and raises naming the cause, instead of
         leaving half-loaded weights to sample from.
         """
-        state = dist.full_state_items(model)
+        state = merged_state_items(model) if is_peft(model) else dist.full_state_items(model)
         bad = [name for name, t in state if dist.is_dtensor(t) or not torch.isfinite(t).all()]
         if bad:
             raise RuntimeError(f"weight sync refused: non-finite or still-sharded tensors {bad[:5]}")
