@@ -1,6 +1,13 @@
 """Evaluate a policy with sampling: accuracy, mean@k and unbiased pass@k (DESIGN §6, §7.5).
 
-Examples:
+Hydra form (the training config groups ``model=``, ``data=``, ``rollout=`` plus ``ckpt_path=`` and
+``eval.*``, composed from ``conf/evaluate.yaml``)::
+
+    python scripts/evaluate.py ckpt_path=logs/<task>/runs/<time>/checkpoints/last.ckpt eval.n=16 'eval.k=[1,4,16]'
+    python scripts/evaluate.py data=jsonl data.prompts.path=my.jsonl eval.limit=50 eval.out=res.json
+    python scripts/evaluate.py model=hf model.name_or_path=<dir> data=math500 rollout=vllm eval.limit=100
+
+Option form (unchanged):
     python scripts/evaluate.py                                        # warm-started lab policy, Countdown
     python scripts/evaluate.py --ckpt logs/<task>/runs/<time>/checkpoints/last.ckpt -n 16 --k 1,4,16
     python scripts/evaluate.py --model-dir Qwen/Qwen2.5-Math-1.5B --data math500 --engine vllm --limit 100
@@ -245,15 +252,75 @@ def format_table(result: dict, header: str) -> str:
     return "\n".join(lines)
 
 
+def is_hydra_form(argv: list[str]) -> bool:
+    """``key=value`` / ``group=option`` arguments only (no ``--option``): the Hydra form."""
+    return bool(argv) and all("=" in a and not a.startswith("-") for a in argv)
+
+
+def args_from_hydra(overrides: list[str]) -> tuple[argparse.Namespace, Any]:
+    """Compose ``conf/evaluate.yaml`` with ``overrides``; return option-form args and the composed config."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="evaluate", overrides=overrides)
+    ev = cfg.eval
+    ks = sorted({int(k) for k in (ev.k if OmegaConf.is_list(ev.k) else [ev.k])})
+    if not ks or ks[0] < 1 or ks[-1] > ev.n:
+        raise ValueError(f"eval.k={ks}: every k must be in [1, eval.n={ev.n}]")
+    engine = "vllm" if "VLLMEngine" in str(cfg.rollout.get("_target_", "")) else "hf"
+    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
+    args = argparse.Namespace(
+        ckpt=ckpt, model_dir=None, cache_dir=Path(cfg.paths.cache_dir), warmstart_steps=None, data="hydra",
+        n=int(ev.n), ks=ks, engine=engine, temperature=float(ev.temperature), top_p=float(ev.top_p),
+        max_new_tokens=int(ev.max_new_tokens), seed=int(cfg.seed), limit=ev.limit,
+        reward_timeout=float(ev.reward_timeout_s), reward_workers=int(ev.reward_workers),
+        out=Path(ev.out) if ev.out else None, quiet=False, device="auto", dtype=cfg.rollout.get("dtype", "float32"),
+    )
+    return args, cfg
+
+
+def hydra_sources(args: argparse.Namespace, cfg: Any, overrides: list[str]) -> tuple[Any, Any]:
+    """(run config for the policy, prompt source): the run's model unless ``model=`` was given."""
+    from hydra.utils import instantiate
+
+    run_cfg = load_run_config(args.ckpt)
+    model_overridden = any(o.split("=")[0].lstrip("+~").split(".")[0] == "model" for o in overrides)
+    if run_cfg is None or model_overridden:
+        run_cfg = cfg
+    return run_cfg, instantiate(cfg.data.prompts)
+
+
+def hydra_prompts(source: Any, limit: int | None) -> tuple[list, str]:
+    if isinstance(source, CountdownPrompts):
+        limit = limit or 128
+        return source.sample(limit, iteration=HELD_OUT_ITERATION), f"countdown (held-out iteration, {limit} problems)"
+    prompts = source.all_prompts()[:limit]
+    return prompts, f"{type(source).__name__} ({len(prompts)} of {len(source)} problems)"
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if is_hydra_form(argv):
+        args, cfg = args_from_hydra(argv)
+        run_cfg, source = hydra_sources(args, cfg, argv)
+    else:
+        args, cfg, source = parse_args(argv), None, None
+        run_cfg = load_run_config(args.ckpt)
+    return run(args, run_cfg, source, cfg)
+
+
+def run(args: argparse.Namespace, run_cfg: Any, source: Any = None, cfg: Any = None) -> dict:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     t0 = time.perf_counter()
-    run_cfg = load_run_config(args.ckpt)
     with tempfile.TemporaryDirectory(prefix="lit-entropy-eval-") as scratch:
         bundle, policy_desc = build_policy(args, run_cfg, Path(scratch))
-        prompts, reward_fn, reward_kwargs, data_desc = build_prompts(args, run_cfg)
+        if source is not None:  # Hydra form: the data group's prompt source
+            prompts, data_desc = hydra_prompts(source, args.limit)
+            reward_fn, reward_kwargs = source.reward_fn, source.reward_kwargs
+        else:
+            prompts, reward_fn, reward_kwargs, data_desc = build_prompts(args, run_cfg)
         engine = make_engine(args, bundle)
         result = evaluate(
             bundle, prompts, reward_fn, engine, n=args.n, ks=args.ks, temperature=args.temperature,

@@ -203,3 +203,34 @@ def test_cli_argument_errors(capsys):
     args = script.parse_args(["-n", "8"])
     assert args.ks == [1, 4] and args.max_new_tokens == 16
     assert script.parse_args(["--data", "math500"]).max_new_tokens == 512
+
+
+HYDRA_FAST = [f"model.warmstart.steps={WARM_STEPS}", f"paths.cache_dir={CACHE}", "eval.reward_workers=1"]
+
+
+def test_hydra_form_on_the_lab_from_a_training_checkpoint(tmp_path, lab_policy):
+    """`ckpt_path=` takes the model from the run's .hydra/config.yaml; the same weights give the same result."""
+    ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=True)
+    out = tmp_path / "res.json"
+    cmd = [sys.executable, str(SCRIPT), f"ckpt_path={ckpt}", "data=countdown", "rollout=hf", "eval.n=4",
+           "eval.k=[1,4]", "eval.limit=6", f"eval.out={out}", *HYDRA_FAST]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    check_result(res, problems=6, n=4, ks=[1, 4])
+    assert "from the run config" in res["config"]["policy"] and res["config"]["engine"] == "hf"
+    again = load_script().main(["--ckpt", str(ckpt), "--limit", "6", "-n", "4", "--k", "1,4", *FAST])
+    assert again["eval/pass@4"] == res["eval/pass@4"] and again["eval/mean@1"] == res["eval/mean@1"]
+
+
+def test_hydra_form_on_a_jsonl_file(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{a},{b},2={a * b + 2}:", "answer": a * b + 2}) + "\n"
+                            for a, b in [(3, 4), (5, 6), (7, 2)]))
+    res = load_script().main(["data=jsonl", f"data.prompts.path={data}", "data.prompts.template='{question}'",
+                              "data.max_new_tokens=12", "eval.n=3", "eval.k=[1,3]", "eval.limit=2", *HYDRA_FAST])
+    check_result(res, problems=2, n=3, ks=[1, 3])
+    assert [p["reference"] for p in res["per_problem"]] == ["14", "32"]
+    with pytest.raises(ValueError, match="eval.k"):
+        load_script().main(["eval.n=2", "eval.k=[1,4]"])
