@@ -62,6 +62,7 @@ class PeriodicEvalCallback(pl.Callback):
             seed=self.seed, reward_kwargs=dm.prompts.reward_kwargs,
             correct_threshold=dm.correct_threshold, reward_timeout_s=dm.reward_timeout_s,
             reward_workers=dm.reward_workers,
+            encode=lambda text: dm.encode_prompt(pl_module.tokenizer, text),
         )
         metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)

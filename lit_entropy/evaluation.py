@@ -56,6 +56,7 @@ def evaluate(
     reward_mode: str = "process",
     prompts_per_chunk: int = 64,
     keep_completions: int = 1,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> dict[str, Any]:
     """Sample ``n`` completions per prompt, score them, and return the metrics.
 
@@ -63,6 +64,9 @@ def evaluate(
     (``model_path=, eos_id=, pad_id=, max_model_len=``; closed again afterwards). The engine is synced to
     ``policy_bundle.model`` first. Prompts are generated ``prompts_per_chunk`` at a time; chunk ``j`` uses
     a seed derived from (``seed``, ``j``), so results are reproducible for a fixed chunk size.
+
+    ``encode`` turns a prompt's text into token ids (default: the text after BOS; a run with
+    ``data.chat_template=true`` passes its DataModule's ``encode_prompt``).
 
     A completion is correct when its reward is >= ``correct_threshold``. Rewards run in a
     `RewardRunner` (process mode by default: a reward that raises or hangs scores 0 and is counted
@@ -93,7 +97,7 @@ def evaluate(
         eng.sync_weights(policy_bundle.model)
         for j, start in enumerate(range(0, len(prompts), prompts_per_chunk)):
             chunk = list(prompts[start : start + prompts_per_chunk])
-            ids = [tok.encode(p.text, add_bos=True) for p in chunk]
+            ids = [encode(p.text) if encode else tok.encode(p.text, add_bos=True) for p in chunk]
             chunk_seed = random.Random(f"{seed}:eval:{j}").randrange(2**30)
             t0 = time.perf_counter()
             gens = eng.generate(ids, n, sampling, seed=chunk_seed)

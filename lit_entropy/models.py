@@ -237,6 +237,16 @@ class HFTokenizerAdapter:
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.hf.decode(ids, skip_special_tokens=skip_special)
 
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
+
+    def encode_chat(self, text: str, system: str | None = None) -> list[int]:
+        """``text`` as the user's turn (after an optional system turn), ending with the assistant's prompt."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        rendered = self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.hf.encode(rendered, add_special_tokens=False)
+
 
 def supervised_warm_start(model: torch.nn.Module, tok: Any, task: Any, cfg: WarmStart) -> dict:
     """Teacher-force random correct solutions; loss on completion tokens (and EOS) only."""

@@ -322,10 +322,14 @@ def run(args: argparse.Namespace, run_cfg: Any, source: Any = None, cfg: Any = N
         else:
             prompts, reward_fn, reward_kwargs, data_desc = build_prompts(args, run_cfg)
         engine = make_engine(args, bundle)
+        encode = None
+        if cfg is not None and cfg.data.get("chat_template"):
+            system = cfg.data.get("system_prompt")
+            encode = lambda text: bundle.tokenizer.encode_chat(text, system=system)  # noqa: E731
         result = evaluate(
             bundle, prompts, reward_fn, engine, n=args.n, ks=args.ks, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, seed=args.seed, reward_kwargs=reward_kwargs, top_p=args.top_p,
-            reward_timeout_s=args.reward_timeout, reward_workers=args.reward_workers,
+            reward_timeout_s=args.reward_timeout, reward_workers=args.reward_workers, encode=encode,
         )
     result["config"] = {
         "policy": policy_desc, "data": data_desc, "engine": args.engine, "n": args.n, "ks": args.ks,

@@ -33,6 +33,15 @@ __all__ = ["DEFAULT_TEMPLATE", "MATH_DATASETS", "JSONLPrompts", "MathDataset", "
 DEFAULT_TEMPLATE = "{question}\nPut the final answer in \\boxed{}."
 """Prompt template; ``{question}`` is replaced by the question (no other braces are interpreted)."""
 
+R1_ZERO_TEMPLATE = (
+    "The user asks a math question and the assistant answers it. The assistant reasons step by step "
+    "inside <think> </think>, then writes the final answer in \\boxed{}.\nUser: {question}\nAssistant: <think>"
+)
+"""A base-model (R1-Zero-style) template: plain text the model continues, no chat template needed."""
+
+NAMED_TEMPLATES = {"boxed": DEFAULT_TEMPLATE, "r1_zero": R1_ZERO_TEMPLATE}
+"""``template: r1_zero`` (or ``boxed``) picks one of these by name."""
+
 ANSWER_TRANSFORMS = (None, "gsm8k")
 DATA_ENV = "LIT_ENTROPY_DATA"
 
@@ -85,6 +94,7 @@ class JSONLPrompts(PromptSource):
     ) -> None:
         if answer_transform not in ANSWER_TRANSFORMS:
             raise ValueError(f"answer_transform must be one of {ANSWER_TRANSFORMS}, got {answer_transform!r}")
+        template = NAMED_TEMPLATES.get(template, template)
         if not isinstance(template, str) or "{question}" not in template:
             raise ValueError(f"template must contain '{{question}}', got {template!r}")
         self.path = Path(path)

@@ -30,7 +30,8 @@ from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.data.prompts import PromptSource
 from lit_entropy.precision import engine_dtype_for
 from lit_entropy.rewards.runner import RewardRunner
-from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_entropy.rewards.shaping import soft_overlong_penalty
+from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig, truncate_at_stop
 from lit_entropy.utils import dist
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,18 @@ class RolloutDataModule(pl.LightningDataModule):
         reward_workers: int = 2,
         correct_threshold: float = 1.0,
         seed: int = 0,
+        chat_template: bool = False,
+        system_prompt: str | None = None,
+        stop: list[str] | None = None,
+        overlong_buffer: int = 0,
+        overlong_penalty: float = 1.0,
     ) -> None:
+        """``chat_template``: wrap each prompt as the user's turn with the tokenizer's chat template
+        (instruct models; ``system_prompt`` adds a system turn); false feeds the prompt text as it is (base
+        models, e.g. an R1-Zero-style ``prompts.template``). ``stop``: strings that end a completion
+        (engine-agnostic, see :func:`~lit_entropy.rollout.base.truncate_at_stop`). ``overlong_buffer`` > 0:
+        DAPO's soft overlong punishment over the last that many of ``max_new_tokens`` tokens, scaled by
+        ``overlong_penalty`` and added to the reward."""
         super().__init__()
         if prompts_per_iter < 1:
             raise ValueError(f"data.prompts_per_iter={prompts_per_iter} must be >= 1")
@@ -67,11 +79,31 @@ class RolloutDataModule(pl.LightningDataModule):
         self.reward_workers = reward_workers
         self.correct_threshold = correct_threshold
         self.seed = seed
+        if overlong_buffer < 0 or overlong_buffer > max_new_tokens:
+            raise ValueError(f"data.overlong_buffer={overlong_buffer} must be in [0, max_new_tokens={max_new_tokens}]")
+        if overlong_penalty < 0:
+            raise ValueError(f"data.overlong_penalty={overlong_penalty} must be >= 0")
+        self.chat_template = chat_template
+        self.system_prompt = system_prompt
+        self.stop = [str(x) for x in (stop or [])]
+        if any(not x for x in self.stop):
+            raise ValueError("data.stop: empty stop strings")
+        self.overlong_buffer = overlong_buffer
+        self.overlong_penalty = overlong_penalty
         self.engine: RolloutEngine | None = None
         self.rewards: RewardRunner | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
+    def encode_prompt(self, tok: Any, text: str) -> list[int]:
+        """Token ids of a prompt: the chat template's user turn, or the text after BOS."""
+        if self.chat_template:
+            return tok.encode_chat(text, system=self.system_prompt)
+        return tok.encode(text, add_bos=True)
+
     def _ensure_started(self, module: Any) -> None:
+        if self.chat_template and not getattr(module.tokenizer, "has_chat_template", False):
+            raise ValueError("data.chat_template=true needs a tokenizer with a chat template (model=hf with an "
+                             "instruct model's tokenizer); the lab's character tokenizer has none")
         if self.rewards is None:
             self.rewards = RewardRunner(
                 self.prompts.reward_fn, timeout_s=self.reward_timeout_s, mode=self.reward_mode,
@@ -174,7 +206,7 @@ class RolloutDataModule(pl.LightningDataModule):
         """Draw, generate and score one round of prompts: this rank's block, then all-gathered."""
         tok = module.tokenizer
         prompts = self.prompts.sample(self.prompts_per_iter, iteration, rnd)
-        prompt_ids = [tok.encode(p.text, add_bos=True) for p in prompts]
+        prompt_ids = [self.encode_prompt(tok, p.text) for p in prompts]
         start, stop = dist.shard_bounds(len(prompts))
         t0 = time.perf_counter()
         seed = random.Random(f"{self.seed}:gen:{iteration}:{rnd}").randrange(2**30)
@@ -183,12 +215,18 @@ class RolloutDataModule(pl.LightningDataModule):
         metrics["time/generate"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         G = self.group_size
+        if self.stop:
+            gens = [[truncate_at_stop(g, tok.decode, self.stop) for g in per_prompt] for per_prompt in gens]
         flat = [g for per_prompt in gens for g in per_prompt]
         texts = [tok.decode([t for t in g.token_ids if t != tok.eos_id]) for g in flat]
         mine = prompts[start:stop]
         scores, stats = self.rewards.score([p.text for p in mine for _ in range(G)], texts,
                                            [p.reference for p in mine for _ in range(G)])
         errors = stats.errors + stats.timeouts + stats.non_finite
+        if self.overlong_buffer > 0:
+            L = self.sampling.max_new_tokens
+            scores = [r + soft_overlong_penalty(len(g.token_ids), L, self.overlong_buffer, self.overlong_penalty)
+                      for r, g in zip(scores, flat, strict=True)]
         parts = dist.gather_objects((gens, scores, texts, errors))  # rank order = global prompt order
         gens = [per_prompt for p in parts for per_prompt in p[0]]
         scores = [s for p in parts for s in p[1]]

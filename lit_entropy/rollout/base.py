@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -59,3 +60,23 @@ class RolloutEngine(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the engine's resources."""
+
+
+def truncate_at_stop(gen: Generation, decode: Callable[[list[int]], str], stops: Sequence[str]) -> Generation:
+    """``gen`` cut after the first token at which the decoded text contains one of ``stops``.
+
+    Engine-agnostic stop strings: cutting after sampling gives exactly the tokens a sampler that
+    stopped there would have produced (its log-probs included); the cut completion counts as finished,
+    not truncated. The cut point is found by bisection over prefixes (a prefix that contains a stop
+    string stays containing it), so it costs O(log length) decodes.
+    """
+    if not stops or not any(s in decode(gen.token_ids) for s in stops):
+        return gen
+    lo, hi = 1, len(gen.token_ids)  # the shortest prefix whose text contains a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in decode(gen.token_ids[:mid]) for s in stops):
+            hi = mid
+        else:
+            lo = mid + 1
+    return Generation(token_ids=gen.token_ids[:lo], logprobs=gen.logprobs[:lo], truncated=False)
