@@ -264,6 +264,8 @@ class PolicyModule(pl.LightningModule):
             return
         from torch.distributed.fsdp import fully_shard
 
+        if is_peft(self.model):
+            raise ValueError("model.lora with trainer=fsdp is not supported yet: use trainer=ddp, or full fine-tuning")
         dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
         if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names and mesh["tensor_parallel"].size() > 1:
             raise ValueError("trainer=fsdp shards data-parallel only: set tensor_parallel_size=1")
