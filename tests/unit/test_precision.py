@@ -66,3 +66,32 @@ def test_bf16_rounded_log_probs_bias_clipping_and_fp32_removes_it():
     same, _ = clipped_surrogate(old.to(torch.bfloat16), old.to(torch.bfloat16), adv.to(torch.bfloat16), eps, eps)
     assert same.dtype == torch.float32 and bool((same == -adv.to(torch.bfloat16).float()).all())
     assert exact.dtype == torch.float32 and rounded.dtype == torch.float32
+
+
+def test_an_engine_in_another_dtype_is_reported_at_start_up(caplog):
+    from types import SimpleNamespace
+
+    from lit_entropy.data.prompts import CountdownPrompts
+    from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.tokenizer import CharTokenizer
+
+    made = []
+
+    def engine(**kw):
+        made.append(kw)
+        return SimpleNamespace(dtype="float32", close=lambda: None)
+
+    trainer = SimpleNamespace(world_size=1, precision="bf16-mixed")
+    module = SimpleNamespace(tokenizer=CharTokenizer.for_countdown(), policy_path="unused", _trainer=trainer,
+                             model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64)))
+    dm = RolloutDataModule(CountdownPrompts(), engine=engine, reward_mode="inline")
+    with caplog.at_level("WARNING"):
+        dm._ensure_started(module)
+    assert made and "samples in float32 but the trainer computes in bfloat16" in caplog.text
+    caplog.clear()
+    trainer.precision = "32-true"
+    dm.engine = None
+    with caplog.at_level("WARNING"):
+        dm._ensure_started(module)
+    assert "samples in" not in caplog.text
+    dm.close()
