@@ -47,7 +47,13 @@ class PolicyModule(pl.LightningModule):
         temperature: float = 1.0,
         logit_chunk_size: int = 2048,
         num_text_samples: int = 4,
+        uniform_entropy_tol: float | None = 1e-3,
+        max_logp_mismatch_mean: float | None = 1.0,
     ) -> None:
+        """``uniform_entropy_tol``: stop the run when ``rollout/entropy`` is within this of log(vocabulary)
+        — a policy collapsed to uniform (e.g. a far too large learning rate) produces no NaN, only noise.
+        ``max_logp_mismatch_mean``: stop when the sampler's and the trainer's log-probs differ by more than
+        this on average (nats) — the engine is not sampling from the trained weights. None turns either off."""
         super().__init__()
         self.model = policy.model
         self.model.train()  # from_pretrained hands it over in eval mode
@@ -58,6 +64,8 @@ class PolicyModule(pl.LightningModule):
         self.temperature = temperature
         self.logit_chunk_size = logit_chunk_size
         self.num_text_samples = num_text_samples
+        self.uniform_entropy_tol = uniform_entropy_tol
+        self.max_logp_mismatch_mean = max_logp_mismatch_mean
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them).
         self.eps_low = self.algo.eps_low
@@ -164,6 +172,23 @@ class PolicyModule(pl.LightningModule):
                 "time/prepare": time.perf_counter() - t0,
             }
         )
+        self._check_divergence(batch.metrics)
+
+    def _check_divergence(self, metrics: dict[str, float]) -> None:
+        """Stop with the cause named when the run has diverged without producing a NaN."""
+        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        entropy = metrics["rollout/entropy"]
+        if self.uniform_entropy_tol is not None and vocab and entropy >= math.log(vocab) - self.uniform_entropy_tol:
+            raise RuntimeError(
+                f"the policy has collapsed to uniform: rollout/entropy={entropy:.4f} = log(vocabulary {vocab}) "
+                f"= {math.log(vocab):.4f}; the learning rate is likely far too large (optim.lr). "
+                "module.uniform_entropy_tol=null turns this check off")
+        mismatch = metrics["diag/logp_mismatch_mean"]
+        if self.max_logp_mismatch_mean is not None and mismatch > self.max_logp_mismatch_mean:
+            raise RuntimeError(
+                f"sampler and trainer disagree: diag/logp_mismatch_mean={mismatch:.3f} nats > "
+                f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; the rollout engine is not sampling "
+                "from the trained weights (a failed weight sync, a dtype or temperature mismatch)")
 
     # ---- update ----------------------------------------------------------------------------------
     def knobs(self) -> Knobs:

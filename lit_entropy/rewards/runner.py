@@ -30,6 +30,7 @@ import os
 import pickle
 import queue
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -87,7 +88,17 @@ def _init_worker(fn: Callable, ready: Any) -> None:
     del fn
     # Ctrl-C goes to the whole process group; let the parent handle it, not every worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     ready.put(os.getpid())
+
+
+def _exit_when_orphaned(parent: int, every_s: float = 0.5) -> None:
+    """Worker watchdog: when the trainer dies (even by SIGKILL) the worker is re-parented; exit then,
+    whatever the worker's main thread is doing (a hung reward included)."""
+    while True:
+        time.sleep(every_s)
+        if os.getppid() != parent:
+            os._exit(0)
 
 
 def _noop() -> None:

@@ -104,3 +104,21 @@ def test_every_algo_preset_instantiates_with_every_controller(preset):
         algo = instantiate(cfg.algo)
         assert algo.name == preset
         instantiate_callbacks(cfg.callbacks)
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders():
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    code = ("import sys; sys.path.insert(0, {root!r})\n"
+            "from hydra import compose, initialize_config_dir\n"
+            "with initialize_config_dir(config_dir={conf!r}, version_base='1.3'):\n"
+            "    cfg = compose(config_name='train', return_hydra_config=True)\n"
+            "print(cfg.hydra.run.dir)\n").format(root=str(ROOT), conf=str(ROOT / "conf"))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    dirs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(d and "/runs/" in d for d in dirs), dirs
+    assert len(set(dirs)) == 3, dirs
+    assert len({d.rsplit("_", 1)[0] for d in dirs}) <= 2  # started within the same second (or two)
