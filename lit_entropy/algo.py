@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,8 +162,8 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # Hydra hands over a ListConfig
-        if not self.lr > 0:
-            raise ValueError(f"optim.lr={self.lr} must be > 0")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"optim.lr={self.lr} must be a finite number > 0")
         if not self.eps > 0:
             raise ValueError(f"optim.eps={self.eps} must be > 0")
         if self.max_grad_norm < 0 or self.weight_decay < 0 or self.warmup_steps < 0:

@@ -68,13 +68,18 @@ def build(cfg: DictConfig, engine: Any = None) -> tuple[pl.Trainer, Any, Any]:
     # Lightning suggest sync_dist for every epoch-level metric; on one device it changes nothing.
     warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
     pl.seed_everything(cfg.seed, workers=True)
-    policy = instantiate(cfg.model).build()
-    datamodule = instantiate(cfg.data, engine=engine or instantiate(cfg.rollout))
-    module = instantiate(
-        cfg.module, policy=policy, algo=instantiate(cfg.algo), optim=instantiate(cfg.optim), _recursive_=False
-    )
+    # Everything cheap first, so a bad value fails before the warm start or the engine start.
+    spec = instantiate(cfg.model)
+    algo, optim = instantiate(cfg.algo), instantiate(cfg.optim)
+    if engine is None:
+        engine = instantiate(cfg.rollout)
+        validate = getattr(getattr(engine, "func", None), "validate", None)
+        if callable(validate):
+            validate(**engine.keywords)
+    datamodule = instantiate(cfg.data, engine=engine)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
-    check_knob_owners(callbacks, module.algo)
+    check_knob_owners(callbacks, algo)
+    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:

@@ -16,6 +16,7 @@ the same on every rank too; the module shards each minibatch's rows (``PolicyMod
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import defaultdict
@@ -75,6 +76,12 @@ class RolloutDataModule(pl.LightningDataModule):
         self.group_size = group_size
         self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         self.reward_mode = reward_mode
+        if reward_mode not in ("process", "inline"):
+            raise ValueError(f"data.reward_mode={reward_mode!r} must be 'process' or 'inline'")
+        if not (isinstance(reward_timeout_s, int | float) and math.isfinite(reward_timeout_s) and reward_timeout_s > 0):
+            raise ValueError(f"data.reward_timeout_s={reward_timeout_s!r} must be a finite number > 0")
+        if not isinstance(reward_workers, int) or reward_workers < 1:
+            raise ValueError(f"data.reward_workers={reward_workers!r} must be an integer >= 1")
         self.reward_timeout_s = reward_timeout_s
         self.reward_workers = reward_workers
         self.correct_threshold = correct_threshold

@@ -16,6 +16,7 @@ rank at once). Closing the engine never tears down a process group it did not cr
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any
 from unittest import mock
@@ -45,6 +46,7 @@ class VLLMEngine(RolloutEngine):
         extra_engine_args: dict[str, Any] | None = None,
         world_size: int = 1,
     ) -> None:
+        self.validate(dtype=dtype, kv_cache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization)
         # In-process engine: no spawn guard needed, and `collective_rpc` reaches the model directly.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
@@ -84,6 +86,17 @@ class VLLMEngine(RolloutEngine):
             seed=0,
             **extra,
         )
+
+    @staticmethod
+    def validate(dtype: str = "float32", kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.3,
+                 **_: Any) -> None:
+        """The ``rollout.*`` values, checked at start-up (before the warm start, by ``train.build``)."""
+        if dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"rollout.dtype={dtype!r} must be float32, bfloat16, float16 or auto")
+        if not (isinstance(kv_cache_gib, int | float) and math.isfinite(kv_cache_gib) and kv_cache_gib > 0):
+            raise ValueError(f"rollout.kv_cache_gib={kv_cache_gib!r} must be a finite number > 0 (GiB)")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"rollout.gpu_memory_utilization={gpu_memory_utilization!r} must be in (0, 1]")
 
     def generate(
         self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int, first_index: int = 0

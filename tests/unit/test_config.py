@@ -122,3 +122,21 @@ def test_runs_started_in_the_same_second_get_their_own_folders():
     assert all(d and "/runs/" in d for d in dirs), dirs
     assert len(set(dirs)) == 3, dirs
     assert len({d.rsplit("_", 1)[0] for d in dirs}) <= 2  # started within the same second (or two)
+
+
+@pytest.mark.parametrize("override,key", [("rollout.kv_cache_gib=0", "rollout.kv_cache_gib"),
+                                          ("optim.lr=inf", "optim.lr"),
+                                          ("data.reward_workers=0", "data.reward_workers")])
+def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    cache = tmp_path / "cache"  # empty: a warm start would have to be built first
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), override, f"paths.cache_dir={cache}",
+           f"paths.log_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert key in proc.stderr + proc.stdout
+    assert not (cache / "warmstart").exists() and "Warm start done" not in proc.stderr + proc.stdout
