@@ -39,7 +39,7 @@ def test_tiny_hf_tokenizer_has_a_working_chat_template(tiny_hf):
     assert tok.eos_id == tok.hf.convert_tokens_to_ids("<|end|>")
 
 
-@pytest.mark.parametrize("engine", ["vllm", "hf"])
+@pytest.mark.parametrize("engine", ["vllm", pytest.param("hf", marks=pytest.mark.slow)])
 def test_hf_model_runs_gsm8k_with_chat_template(tmp_path, tiny_hf, engine):
     cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "model=hf", f"model.name_or_path={tiny_hf}",
            "data=gsm8k", f"rollout={engine}", "data.chat_template=true", "data.system_prompt='Be brief.'",

@@ -28,7 +28,7 @@ def _train(run: Path, *overrides: str) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
-def test_lora_trains_adapters_only_syncs_vllm_and_resumes(tmp_path):
+def test_lora_trains_adapters_only_and_syncs_vllm(tmp_path):
     from safetensors.torch import load_file
 
     _train(tmp_path / "full", "trainer.max_epochs=3")
@@ -48,6 +48,11 @@ def test_lora_trains_adapters_only_syncs_vllm_and_resumes(tmp_path):
     unchanged = [all(torch.equal(base[k], v) for k, v in load_file(str(f)).items()) for f in match]
     assert any(unchanged)  # every base weight is exactly the warm start: only the adapters trained
 
+
+@pytest.mark.slow
+def test_lora_resume_restores_adapters_bit_for_bit(tmp_path):
+    _train(tmp_path / "full", "trainer.max_epochs=3")
+    scalars = read_scalars(tmp_path / "full")
     _train(tmp_path / "part", "trainer.max_epochs=2")
     ckpt_path = tmp_path / "part" / "checkpoints" / "last.ckpt"
     _train(tmp_path / "resumed", "trainer.max_epochs=3", f"ckpt_path={ckpt_path}")

@@ -125,8 +125,9 @@ def test_runs_started_in_the_same_second_get_their_own_folders():
 
 
 @pytest.mark.parametrize("override,key", [("rollout.kv_cache_gib=0", "rollout.kv_cache_gib"),
-                                          ("optim.lr=inf", "optim.lr"),
-                                          ("data.reward_workers=0", "data.reward_workers")])
+                                          pytest.param("optim.lr=inf", "optim.lr", marks=pytest.mark.slow),
+                                          pytest.param("data.reward_workers=0", "data.reward_workers",
+                                                       marks=pytest.mark.slow)])
 def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
     import subprocess
     import sys
@@ -140,3 +141,21 @@ def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
     assert proc.returncode != 0
     assert key in proc.stderr + proc.stdout
     assert not (cache / "warmstart").exists() and "Warm start done" not in proc.stderr + proc.stdout
+
+
+def test_values_are_checked_with_their_config_keys():
+    from lit_entropy.algo import OptimConfig
+    from lit_entropy.data.prompts import CountdownPrompts
+    from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.rollout.vllm_engine import VLLMEngine
+
+    with pytest.raises(ValueError, match="optim.lr"):
+        OptimConfig(lr=float("inf"))
+    with pytest.raises(ValueError, match="data.reward_workers"):
+        RolloutDataModule(CountdownPrompts(), reward_workers=0)
+    with pytest.raises(ValueError, match="data.reward_timeout_s"):
+        RolloutDataModule(CountdownPrompts(), reward_timeout_s=float("nan"))
+    with pytest.raises(ValueError, match="rollout.kv_cache_gib"):
+        VLLMEngine.validate(kv_cache_gib=-1)
+    with pytest.raises(ValueError, match="rollout.dtype"):
+        VLLMEngine.validate(dtype="float8")
