@@ -115,12 +115,7 @@ class PolicyModule(pl.LightningModule):
         was_training = model.training
         model.eval()
         parts: list[list[torch.Tensor]] = []
-        n, step = input_ids.shape[0], self.algo.micro_batch_size
-        start, stop = dist.shard_bounds(n)
-        for k in range(dist.num_steps(n, step)):
-            lo, hi = start + k * step, min(stop, start + (k + 1) * step)
-            padding = hi <= lo
-            rows = slice(0, 1) if padding else slice(lo, hi)
+        for rows, padding in dist.micro_batches(input_ids.shape[0], self.algo.micro_batch_size):
             with self._precision_context():  # the update's autocast: the first ratio is exactly 1
                 out = self.token_stats(input_ids[rows].to(self.device), attention_mask[rows].to(self.device),
                                        model=model, **kw)
@@ -210,11 +205,7 @@ class PolicyModule(pl.LightningModule):
         loss_total = torch.zeros((), device=self.device)
         step, n = self.algo.micro_batch_size, minibatch["input_ids"].shape[0]
         world = dist.world_size()
-        start, stop = dist.shard_bounds(n)  # this rank's rows of the minibatch
-        for k in range(dist.num_steps(n, step)):
-            lo, hi = start + k * step, min(stop, start + (k + 1) * step)
-            padding = hi <= lo  # this rank ran out of rows: a zero-weight micro-batch keeps collectives in step
-            rows = slice(0, 1) if padding else slice(lo, hi)
+        for rows, padding in dist.micro_batches(n, step):  # this rank's rows; padding keeps collectives in step
             mb = {key: v[rows] for key, v in minibatch.items()}
             logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
             if not need_entropy_grad:

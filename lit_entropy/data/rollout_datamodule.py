@@ -214,11 +214,11 @@ class RolloutDataModule(pl.LightningDataModule):
         tok = module.tokenizer
         prompts = self.prompts.sample(self.prompts_per_iter, iteration, rnd)
         prompt_ids = [self.encode_prompt(tok, p.text) for p in prompts]
-        start, stop = dist.shard_bounds(len(prompts))
+        first, last = dist.shard_bounds(len(prompts))
         t0 = time.perf_counter()
         seed = random.Random(f"{self.seed}:gen:{iteration}:{rnd}").randrange(2**30)
-        gens = self.engine.generate(prompt_ids[start:stop], self.group_size, self.sampling, seed=seed,
-                                    first_index=start) if stop > start else []
+        gens = self.engine.generate(prompt_ids[first:last], self.group_size, self.sampling, seed=seed,
+                                    first_index=first) if last > first else []
         metrics["time/generate"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         G = self.group_size
@@ -226,7 +226,7 @@ class RolloutDataModule(pl.LightningDataModule):
             gens = [[truncate_at_stop(g, tok.decode, self.stop) for g in per_prompt] for per_prompt in gens]
         flat = [g for per_prompt in gens for g in per_prompt]
         texts = [tok.decode([t for t in g.token_ids if t != tok.eos_id]) for g in flat]
-        mine = prompts[start:stop]
+        mine = prompts[first:last]
         scores, stats = self.rewards.score([p.text for p in mine for _ in range(G)], texts,
                                            [p.reference for p in mine for _ in range(G)])
         errors = stats.errors + stats.timeouts + stats.non_finite

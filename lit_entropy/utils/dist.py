@@ -10,6 +10,7 @@ single-device path runs the same code.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -41,6 +42,18 @@ def num_steps(n: int, step: int, world: int | None = None) -> int:
     world = world_size() if world is None else world
     largest = -(-n // world)
     return max(1, -(-largest // step))
+
+
+def micro_batches(n: int, step: int) -> Iterator[tuple[slice, bool]]:
+    """``(rows, padding)`` for each micro-batch of this rank's block of ``n`` rows, ``step`` rows at a time.
+
+    Every rank gets :func:`num_steps` of them (collectives stay in step); where a rank has run out of
+    rows, ``padding`` is True and ``rows`` is the first row, to be run with zero weight.
+    """
+    start, stop = shard_bounds(n)
+    for k in range(num_steps(n, step)):
+        lo, hi = start + k * step, min(stop, start + (k + 1) * step)
+        yield (slice(0, 1), True) if hi <= lo else (slice(lo, hi), False)
 
 
 def gather_objects(obj: Any) -> list[Any]:

@@ -33,3 +33,8 @@ def test_single_process_helpers_are_identity():
     sums = {"a": torch.tensor(2.0)}
     assert dist.all_reduce_sum(sums) is sums
     assert dist.full_tensor(x[0]) is x[0]
+
+
+def test_micro_batches_on_one_process_cover_every_row_once():
+    assert list(dist.micro_batches(10, 4)) == [(slice(0, 4), False), (slice(4, 8), False), (slice(8, 10), False)]
+    assert list(dist.micro_batches(0, 4)) == [(slice(0, 1), True)]
