@@ -53,7 +53,7 @@ def evaluate(
     correct_threshold: float = 1.0,
     reward_timeout_s: float = 10.0,
     reward_workers: int = 2,
-    reward_mode: str = "process",
+    reward_mode: str = "auto",
     prompts_per_chunk: int = 64,
     keep_completions: int = 1,
     encode: Callable[[str], list[int]] | None = None,

@@ -83,6 +83,8 @@ class PolicyModule(pl.LightningModule):
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             object.__setattr__(self, "ref_model", ref)
         self._update_started = 0.0
+        self.time_forward = 0.0  # seconds in no-grad forwards (pre-update pass, Clip-Cov's current log-probs)
+        self.time_forward_backward = 0.0  # seconds in the update's micro-batch forward + backward
         self._grad_norm = torch.zeros(())
 
     # ---- forward -------------------------------------------------------------------------------
@@ -105,26 +107,33 @@ class PolicyModule(pl.LightningModule):
     @torch.no_grad()
     def _no_grad_pass(self, input_ids, attention_mask, model: torch.nn.Module | None = None,
                       **kw) -> list[torch.Tensor]:
-        """``token_stats`` over micro-batches in eval mode, outputs concatenated on the CPU.
+        """``token_stats`` over micro-batches in eval mode, outputs on the CPU in the rows' order.
 
-        On W ranks each rank runs its contiguous block of rows and the blocks are all-gathered in rank
-        order; every rank runs the same number of forwards (FSDP2's forward is a collective), repeating
-        its first row where it has none left.
+        Rows run longest first, each micro-batch cut to its longest row (right padding only: what
+        is cut is padding, and a causal LM's outputs at the kept positions do not depend on it);
+        outputs are zero beyond each row's length. On W ranks each rank runs its contiguous block of
+        rows and the blocks are all-gathered in rank order; every rank runs the same number of
+        forwards (FSDP2's forward is a collective), repeating its first row where it has none left.
         """
         model = model or self.model
         was_training = model.training
         model.eval()
-        parts: list[list[torch.Tensor]] = []
-        for rows, padding in dist.micro_batches(input_ids.shape[0], self.algo.micro_batch_size):
+        start, stop = dist.shard_bounds(input_ids.shape[0])
+        local: list[torch.Tensor] | None = None
+        t0 = time.perf_counter()
+        lengths = attention_mask.sum(-1)
+        for rows, padding, width in dist.micro_batches(input_ids.shape[0], self.algo.micro_batch_size, lengths):
             with self._precision_context():  # the update's autocast: the first ratio is exactly 1
-                out = self.token_stats(input_ids[rows].to(self.device), attention_mask[rows].to(self.device),
-                                       model=model, **kw)
+                out = self.token_stats(input_ids[rows, :width].to(self.device),
+                                       attention_mask[rows, :width].to(self.device), model=model, **kw)
+            out = [o for o in out if o is not None]
+            if local is None:
+                local = [torch.zeros((stop - start, input_ids.shape[1]), dtype=o.dtype) for o in out]
             if not padding:
-                parts.append([o.cpu() for o in out if o is not None])
+                for full, o in zip(local, out, strict=True):
+                    full[rows - start, :width] = o.cpu()
+        self.time_forward += time.perf_counter() - t0
         model.train(was_training)
-        if not parts:  # this rank had no rows: empty columns of the right width
-            parts = [[o[:0].cpu() for o in out if o is not None]]
-        local = [torch.cat(col) for col in zip(*parts, strict=True)]
         return dist.gather_rows(local)
 
     def _precision_context(self) -> contextlib.AbstractContextManager:
@@ -205,12 +214,16 @@ class PolicyModule(pl.LightningModule):
         loss_total = torch.zeros((), device=self.device)
         step, n = self.algo.micro_batch_size, minibatch["input_ids"].shape[0]
         world = dist.world_size()
-        for rows, padding in dist.micro_batches(n, step):  # this rank's rows; padding keeps collectives in step
-            mb = {key: v[rows] for key, v in minibatch.items()}
+        t0 = time.perf_counter()
+        lengths = minibatch["attention_mask"].sum(-1)
+        # This rank's rows, longest first, each micro-batch cut to its longest row; padding micro-batches
+        # keep the collectives in step.
+        for rows, padding, width in dist.micro_batches(n, step, lengths):
+            mb = dist.take_rows(minibatch, rows, width)
             logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
             if not need_entropy_grad:
                 ent = ent.detach()
-            loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows), logp, ent)
+            loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows, width), logp, ent)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
@@ -226,6 +239,7 @@ class PolicyModule(pl.LightningModule):
             local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
             sums = dist.all_reduce_sum({**local, "loss": loss_total})
             loss_total = sums.pop("loss")
+        self.time_forward_backward += time.perf_counter() - t0
         grad_norm = self._clip_and_step(opt, sched)
         denom = sel.num_tokens.clamp(min=1)
         metrics = {
@@ -322,9 +336,13 @@ class PolicyModule(pl.LightningModule):
         self._log_text_samples(self.rollout)
 
     def on_train_epoch_end(self) -> None:
-        self.log(
-            "time/update", time.perf_counter() - self._update_started, on_step=False, on_epoch=True, sync_dist=True
-        )
+        times = {
+            "time/update": time.perf_counter() - self._update_started,
+            "time/forward": self.time_forward,  # this iteration's no-grad forwards, pre-update pass included
+            "time/forward_backward": self.time_forward_backward,
+        }
+        self.log_dict(times, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        self.time_forward = self.time_forward_backward = 0.0
 
     def _log_text_samples(self, batch: RolloutBatch) -> None:
         logger = self.logger

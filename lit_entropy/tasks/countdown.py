@@ -24,6 +24,8 @@ from fractions import Fraction
 from functools import lru_cache
 from itertools import islice
 
+from lit_entropy.rewards.runner import trusted_reward
+
 COUNTDOWN_ALPHABET = "0123456789+-*/(),=:"
 """Every character that `format_prompt` and `solve` can produce."""
 
@@ -411,6 +413,7 @@ def parse_prompt(text: str) -> CountdownProblem:
     return CountdownProblem(tuple(int(x) for x in match.group(1).split(",")), int(match.group(2)))
 
 
+@trusted_reward  # own parser (no eval), bounded input length and depth
 def countdown_reward(
     prompt: str,
     completion: str,

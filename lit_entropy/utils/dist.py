@@ -44,16 +44,45 @@ def num_steps(n: int, step: int, world: int | None = None) -> int:
     return max(1, -(-largest // step))
 
 
-def micro_batches(n: int, step: int) -> Iterator[tuple[slice, bool]]:
-    """``(rows, padding)`` for each micro-batch of this rank's block of ``n`` rows, ``step`` rows at a time.
+def micro_batches(
+    n: int, step: int, lengths: torch.Tensor | None = None
+) -> Iterator[tuple[torch.Tensor | slice, bool, int | None]]:
+    """``(rows, padding, width)`` for each micro-batch of this rank's block of ``n`` rows, ``step`` at a time.
 
     Every rank gets :func:`num_steps` of them (collectives stay in step); where a rank has run out of
     rows, ``padding`` is True and ``rows`` is the first row, to be run with zero weight.
+
+    With ``lengths`` (each row's used length, e.g. ``attention_mask.sum(-1)``) the block's rows are
+    taken longest first (a stable sort, so the order is deterministic), ``rows`` is an index tensor and
+    ``width`` the longest length among them: the caller trims the micro-batch's columns to it, so a
+    micro-batch of short rows does not compute on padding. Without ``lengths``, ``rows`` is a slice
+    in row order and ``width`` is None (no trimming).
     """
     start, stop = shard_bounds(n)
+    order = None
+    if lengths is not None:
+        local = lengths[start:stop].long()
+        order = start + torch.sort(local, descending=True, stable=True).indices
     for k in range(num_steps(n, step)):
         lo, hi = start + k * step, min(stop, start + (k + 1) * step)
-        yield (slice(0, 1), True) if hi <= lo else (slice(lo, hi), False)
+        padding = hi <= lo
+        if order is None:
+            yield (slice(0, 1), True, None) if padding else (slice(lo, hi), False, None)
+            continue
+        rows = torch.zeros(1, dtype=torch.long) if padding else order[lo - start : hi - start]
+        yield rows, padding, max(1, int(lengths[rows].max())) if lengths.numel() else 1
+
+
+def take_rows(batch: dict[str, torch.Tensor], rows: torch.Tensor | slice, width: int | None) -> dict[str, torch.Tensor]:
+    """``rows`` of every tensor in ``batch``; [B, L] tensors also cut to their first ``width`` columns."""
+    out = {}
+    full = batch["input_ids"].shape[1] if "input_ids" in batch else None
+    for key, v in batch.items():
+        v = v[rows]
+        if width is not None and v.dim() == 2 and v.shape[1] == full:
+            v = v[:, :width]
+        out[key] = v
+    return out
 
 
 def gather_objects(obj: Any) -> list[Any]:

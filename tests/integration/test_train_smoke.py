@@ -25,10 +25,20 @@ def run_train(tmp_path: Path, *overrides: str, timeout: int = 600) -> subprocess
 
 
 def test_smoke_run_with_vllm_and_entrocraft_writes_finite_tensorboard_scalars(tmp_path):
-    run_train(tmp_path, "rollout=vllm", "callbacks/entropy=entrocraft")
+    proc = run_train(tmp_path, "rollout=vllm", "callbacks/entropy=entrocraft")
+    # The terminal: one line per iteration (not a terminal here) with entropy, accuracy, band and s/it,
+    # no vLLM request bars, and the summary table at the end.
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if line.startswith("iteration ")]
+    assert [line.split(" | ")[0] for line in lines] == ["iteration 1/3", "iteration 2/3", "iteration 3/3"]
+    assert all("| H " in line and "acc " in line and "band [" in line and "s/it" in line
+               for line in lines), lines
+    assert "Processed prompts" not in out and "Adding requests" not in out
+    assert "Run summary: 3 iteration(s)" in out and "| rollout/entropy |" in out
     scalars = read_scalars(tmp_path / "run")
     for tag in ("rollout/entropy", "control/band_low", "control/band_high", "control/kept_frac", "train/loss",
-                "rollout/accuracy", "diag/logp_mismatch_mean", "time/generate", "time/update"):
+                "rollout/accuracy", "diag/logp_mismatch_mean", "time/generate", "time/update", "time/forward",
+                "time/forward_backward"):
         assert tag in scalars, f"{tag} missing; have {sorted(scalars)}"
         assert all(math.isfinite(v) for _, v in scalars[tag]), tag
     assert len(scalars["rollout/entropy"]) == 3  # one per iteration (debug=smoke: 3 iterations)

@@ -41,3 +41,9 @@ def odd_values_reward(prompt: str, completion: str, reference: object = None) ->
     return {"nan": float("nan"), "inf": float("-inf"), "str": "1.0", "none": None, "bool": True}.get(
         completion, 0.5
     )
+
+
+def slow_reward(prompt: str, completion: str, reference: object = None) -> float:
+    if completion == "slow":
+        time.sleep(0.3)
+    return 1.0

@@ -36,5 +36,27 @@ def test_single_process_helpers_are_identity():
 
 
 def test_micro_batches_on_one_process_cover_every_row_once():
-    assert list(dist.micro_batches(10, 4)) == [(slice(0, 4), False), (slice(4, 8), False), (slice(8, 10), False)]
-    assert list(dist.micro_batches(0, 4)) == [(slice(0, 1), True)]
+    assert list(dist.micro_batches(10, 4)) == [
+        (slice(0, 4), False, None), (slice(4, 8), False, None), (slice(8, 10), False, None)]
+    assert list(dist.micro_batches(0, 4)) == [(slice(0, 1), True, None)]
+
+
+def test_micro_batches_by_length_run_longest_first_and_give_the_width():
+    lengths = torch.tensor([3, 9, 5, 9, 1, 4, 7])
+    out = list(dist.micro_batches(7, 3, lengths))
+    assert [r.tolist() for r, _, _ in out] == [[1, 3, 6], [2, 5, 0], [4]]  # stable: ties keep row order
+    assert [w for _, _, w in out] == [9, 5, 1]
+    assert not any(p for _, p, _ in out)
+    rows = torch.cat([r for r, _, _ in out])
+    assert sorted(rows.tolist()) == list(range(7))
+    (pad,) = list(dist.micro_batches(0, 3, torch.zeros(0, dtype=torch.long)))
+    assert pad[1] is True
+
+
+def test_take_rows_cuts_only_row_by_column_tensors():
+    batch = {"input_ids": torch.arange(12).view(3, 4), "advantages": torch.tensor([1.0, 2.0, 3.0]),
+             "old_logp": torch.ones(3, 4)}
+    mb = dist.take_rows(batch, torch.tensor([2, 0]), 2)
+    assert mb["input_ids"].tolist() == [[8, 9], [0, 1]]
+    assert mb["advantages"].tolist() == [3.0, 1.0]
+    assert mb["old_logp"].shape == (2, 2)

@@ -111,7 +111,7 @@ def test_countdown_reward_through_process_runner():
     problem = CountdownProblem((3, 5, 2), 16)
     prompt = format_prompt(problem)
     completions = ["(3+5)*2", "2*(5+3)", "3+5*2", "3*5+2", "__import__('os')", "9" * 10000]
-    with RewardRunner(countdown_reward, fn_kwargs={"format_reward": 0.1}) as runner:
+    with RewardRunner(countdown_reward, mode="process", fn_kwargs={"format_reward": 0.1}) as runner:
         rewards, stats = runner.score([prompt] * len(completions), completions)
         assert rewards == [1.0, 1.0, 0.1, 0.1, 0.0, 0.0]
         assert stats == RewardStats(len(completions), 0, 0, 0)
@@ -122,3 +122,50 @@ def test_countdown_reward_through_process_runner():
         rewards, _ = runner.score(["garbage"], ["(3+5)*2"], [problem])
         assert rewards == [1.0]
     assert all(math.isfinite(r) for r in rewards)
+
+
+def test_a_hang_inside_a_chunk_keeps_the_chunks_finished_calls_and_reruns_the_rest():
+    completions = ["ok"] * 5 + ["hang"] + ["ok"] * 6
+    with RewardRunner(rf.hanging_reward, timeout_s=0.5, num_workers=2, chunk_size=4) as runner:
+        rewards, stats = runner.score(["p"] * len(completions), completions)
+    assert rewards == [1.0] * 5 + [0.0] + [1.0] * 6
+    assert stats == RewardStats(calls=12, errors=0, timeouts=1, non_finite=0)
+
+
+def test_a_crash_inside_a_chunk_spares_the_other_calls_of_the_chunk():
+    completions = ["ok", "ok", "exit", "ok", "ok", "ok", "ok"]
+    with RewardRunner(rf.exiting_reward, timeout_s=5.0, num_workers=2, chunk_size=3) as runner:
+        rewards, stats = runner.score(["p"] * len(completions), completions)
+    assert rewards == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert stats == RewardStats(calls=7, errors=1, timeouts=0, non_finite=0)
+
+
+def test_chunks_cover_every_call_once_and_keep_the_order():
+    runner = RewardRunner(rf.length_reward, num_workers=2)
+    assert [len(c) for c in runner._chunks(list(range(1024)))] == [64] * 16
+    assert runner._chunks(list(range(5))) == [[0], [1], [2], [3], [4]]
+    with RewardRunner(rf.length_reward, chunk_size=7) as runner:
+        rewards, _ = runner.score(["p"] * 30, ["a" * k for k in range(30)])
+    assert rewards == [float(k) for k in range(30)]
+
+
+def test_auto_mode_runs_trusted_verifiers_inline_and_everything_else_in_processes():
+    assert RewardRunner(countdown_reward).mode == "inline"
+    assert RewardRunner(rf.length_reward).mode == "process"
+    assert RewardRunner(countdown_reward, mode="process").mode == "process"
+
+
+def test_inline_calls_over_the_timeout_score_zero_as_timeouts():
+    runner = RewardRunner(rf.slow_reward, mode="inline", timeout_s=0.1)
+    rewards, stats = runner.score(["p"] * 3, ["ok", "slow", "ok"])
+    assert rewards == [1.0, 0.0, 1.0]
+    assert stats == RewardStats(calls=3, errors=0, timeouts=1, non_finite=0)
+
+
+def test_start_launches_the_pool_without_waiting_and_score_uses_it():
+    with RewardRunner(rf.length_reward, num_workers=2) as runner:
+        runner.start()
+        assert runner._pool is not None and runner._starting is not None  # not waited for yet
+        pool = runner._pool
+        assert runner.score(["p", "p"], ["ab", "abc"])[0] == [2.0, 3.0]
+        assert runner._pool is pool and runner._starting is None
