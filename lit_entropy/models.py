@@ -148,12 +148,41 @@ class TinyLabPolicy:
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def check_prompts(self, source: Any, max_new_tokens: int, sample: int = 256) -> None:
+        """Refuse, before the warm start, a prompt source this character model cannot read: characters
+        outside its alphabet (they would all become one unknown token) or a prompt that, with
+        ``max_new_tokens``, does not fit its context. Checks ``sample`` prompts of iteration 0."""
+        from lit_entropy.tokenizer import CharTokenizer
+
+        tok = CharTokenizer.for_countdown()
+        context = self.arch.max_position_embeddings
+        for i, prompt in enumerate(source.sample(sample, 0)):
+            unknown = sorted({ch for ch in prompt.text if ch not in tok.alphabet})
+            if unknown:
+                raise ValueError(
+                    f"model=tiny_countdown (the lab's character model) cannot read these prompts: prompt {i} "
+                    f"{prompt.text[:60]!r} has characters outside its alphabet {tok.alphabet!r}: {unknown[:10]}; "
+                    "use model=hf with a real tokenizer (README: Real Hugging Face models)")
+            need = 1 + len(prompt.text) + max_new_tokens  # BOS, the prompt, the completion
+            if need > context:
+                raise ValueError(
+                    f"prompt {i} {prompt.text[:60]!r} needs {need} positions (BOS + {len(prompt.text)} + "
+                    f"data.max_new_tokens={max_new_tokens}) but model.arch.max_position_embeddings={context}")
+
     def build(self) -> PolicyBundle:
         from transformers import Qwen2ForCausalLM
 
         from lit_entropy.tokenizer import CharTokenizer
 
         path = Path(self.cache_dir) / "warmstart" / self.cache_key()
+        if (path / "config.json").exists() and not verify_checksums(path):
+            log.warning("the warm-start cache at %s is corrupt (checksum mismatch or unreadable); rebuilding it", path)
+            aside = path.with_name(f"{path.name}.corrupt-{os.getpid()}-{time.time_ns()}")
+            try:
+                os.replace(path, aside)  # another rank may have moved it already
+            except OSError:
+                pass
+            shutil.rmtree(aside, ignore_errors=True)
         if not (path / "config.json").exists():
             self._warm_start_and_save(path)
         else:
@@ -175,10 +204,48 @@ class TinyLabPolicy:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tok.save(tmp)
         (tmp / "warmstart.json").write_text(json.dumps(stats, indent=2))
+        write_checksums(tmp)
         try:
             os.replace(tmp, path)  # atomic: a concurrent builder either wins or finds it done
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+CHECKSUMS = "checksums.json"
+
+
+def _digests(path: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(path.iterdir()) if f.is_file() and not f.name.startswith(".") and f.name != CHECKSUMS}
+
+
+def write_checksums(path: Path) -> None:
+    """Record the sha256 of every file of a cached checkpoint directory."""
+    tmp = path / f".{CHECKSUMS}.{os.getpid()}"
+    tmp.write_text(json.dumps(_digests(path), indent=1, sort_keys=True))
+    os.replace(tmp, path / CHECKSUMS)  # atomic: ranks checking the same cache never read half a file
+
+
+def verify_checksums(path: Path) -> bool:
+    """True when every file recorded in ``checksums.json`` is there with its digest (a truncated or
+    edited weight file, a missing tokenizer, a partial copy are all caught). A cache written before
+    checksums existed is accepted if its weights load, and gets its checksums then."""
+    record = path / CHECKSUMS
+    if not record.exists():
+        try:
+            from safetensors.torch import load_file
+
+            load_file(str(path / "model.safetensors"))
+        except Exception:
+            return False
+        write_checksums(path)
+        return True
+    try:
+        want = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    have = _digests(path)
+    return all(have.get(name) == digest for name, digest in want.items())
 
 
 @dataclass

@@ -77,6 +77,9 @@ def build(cfg: DictConfig, engine: Any = None) -> tuple[pl.Trainer, Any, Any]:
         if callable(validate):
             validate(**engine.keywords)
     datamodule = instantiate(cfg.data, engine=engine)
+    check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
+    if callable(check_prompts):
+        check_prompts(datamodule.prompts, datamodule.sampling.max_new_tokens)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     check_knob_owners(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, _recursive_=False)

@@ -1,5 +1,5 @@
 """Reward functions and their isolated execution."""
 
-from lit_entropy.rewards.runner import RewardRunner, RewardStats, is_trusted, trusted_reward
+from lit_entropy.rewards.runner import RewardRunner, RewardStats, RewardTimeout, is_trusted, trusted_reward
 
-__all__ = ["RewardRunner", "RewardStats", "is_trusted", "trusted_reward"]
+__all__ = ["RewardRunner", "RewardStats", "RewardTimeout", "is_trusted", "trusted_reward"]

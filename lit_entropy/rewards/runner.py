@@ -32,6 +32,7 @@ Workers exit by themselves when the trainer process dies, even by SIGKILL.
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import numbers
@@ -47,11 +48,17 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger(__name__)
 _OK, _ERROR, _NON_FINITE, _TIMEOUT = "ok", "error", "non_finite", "timeout"
 _Result = tuple[str, float]
 MODES = ("auto", "inline", "process")
 MAX_CHUNK = 64  # calls per task at most: a hang or crash re-runs at most this many calls
 _channel: Any = None  # in a worker: the progress queue to the parent
+
+
+class RewardTimeout(Exception):
+    """Raise it from a reward that gave up on its own time limit (math-verify's, say): the call scores 0
+    and is counted as a timeout, like a call the runner had to stop."""
 
 
 def trusted_reward(fn: Callable) -> Callable:
@@ -101,6 +108,8 @@ def _invoke(fn: Callable, kwargs: dict, prompt: str, completion: str, reference:
     """One reward call; runs in a worker (or inline) and never raises."""
     try:
         return _normalize(fn(prompt, completion, reference, **kwargs))
+    except RewardTimeout:
+        return _TIMEOUT, 0.0
     except (Exception, SystemExit):
         return _ERROR, 0.0
 
@@ -183,6 +192,7 @@ class RewardRunner:
         self.total = RewardStats()
         self._pool: ProcessPoolExecutor | None = None
         self._channel: Any = None
+        self._warned_timeout = False
         self._round = 0  # tags progress messages, so late ones from an earlier round are ignored
         self._starting: tuple[list[Future], float] | None = None  # probes and deadline of a pool starting
         if self.mode == "process":
@@ -224,6 +234,11 @@ class RewardRunner:
             non_finite=statuses.count(_NON_FINITE),
         )
         self.total = self.total + stats
+        if stats.timeouts and not self._warned_timeout:
+            self._warned_timeout = True
+            log.warning("%d of %d reward calls timed out (no result within timeout_s=%gs, or the verifier's own "
+                        "limit); they score 0 and are counted in rollout/reward_errors (warned once)",
+                        stats.timeouts, stats.calls, self.timeout_s)
         return [reward for _, reward in results], stats
 
     def close(self) -> None:

@@ -7,7 +7,9 @@ the reference (symbolically and numerically: ``\\frac{1}{2}`` = ``0.5``, ``\\lef
 
 math-verify bounds its parsing and comparison with ``signal.alarm``, which only works in a process's
 main thread; `math_reward` turns those time-outs off elsewhere (the `RewardRunner`'s per-call timeout
-still applies in process mode, where every call runs in a worker's main thread).
+still applies in process mode, where every call runs in a worker's main thread). When math-verify's
+own limit (``verifier_timeout_s``) hits, `math_reward` raises `RewardTimeout`, so the call is counted
+as a timeout in ``rollout/reward_errors`` instead of passing for a wrong answer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import re
 import threading
 from functools import lru_cache
 from typing import Any
+
+from lit_entropy.rewards.runner import RewardTimeout
 
 __all__ = ["extract_answer", "extract_boxed", "extract_gsm8k", "math_reward", "normalize_reference"]
 
@@ -108,9 +112,9 @@ def normalize_reference(reference: Any) -> str | None:
     return None
 
 
-def _timeout() -> int | None:
+def _timeout(seconds: int = 5) -> int | None:
     # signal.alarm only works in the main thread; elsewhere run without math-verify's own timeout.
-    return 5 if threading.current_thread() is threading.main_thread() else None
+    return seconds if threading.current_thread() is threading.main_thread() else None
 
 
 def _parse(answer: str, timeout: int | None) -> list:
@@ -120,6 +124,7 @@ def _parse(answer: str, timeout: int | None) -> list:
         "\\boxed{" + answer + "}",
         extraction_config=[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()],
         parsing_timeout=timeout,
+        raise_on_error=True,  # a timeout must reach math_reward (unparsable text raises too: scored 0)
     )
 
 
@@ -128,11 +133,14 @@ def _parse_gold(answer: str, timeout: int | None) -> tuple:
     return tuple(_parse(answer, timeout))
 
 
-def math_reward(prompt: str, completion: str, reference: Any, **kwargs: Any) -> float:
+def math_reward(
+    prompt: str, completion: str, reference: Any, verifier_timeout_s: int = 5, **kwargs: Any
+) -> float:
     """1.0 if the completion's final answer (`extract_answer`) equals ``reference`` per math-verify, else 0.0.
 
     ``reference`` may be a string (LaTeX or plain), an int or a float. Never raises on malformed input;
-    extra keyword arguments are accepted and ignored (reward kwargs of other sources).
+    raises `RewardTimeout` when math-verify's own ``verifier_timeout_s`` runs out. Extra keyword
+    arguments are accepted and ignored (reward kwargs of other sources).
     """
     del prompt, kwargs
     from math_verify import verify
@@ -144,13 +152,15 @@ def math_reward(prompt: str, completion: str, reference: Any, **kwargs: Any) -> 
         answer = extract_answer(completion)
         if gold_text is None or answer is None or len(answer) > MAX_ANSWER_CHARS:
             return 0.0
-        timeout = _timeout()
+        timeout = _timeout(verifier_timeout_s)
         gold = list(_parse_gold(gold_text, timeout))
         if not gold:
             return 0.0
         pred = _parse(answer, timeout)
         if not pred:
             return 0.0
-        return 1.0 if verify(gold, pred, timeout_seconds=timeout) else 0.0
-    except (Exception, TimeoutException):
+        return 1.0 if verify(gold, pred, timeout_seconds=timeout, raise_on_error=True) else 0.0
+    except TimeoutException as err:
+        raise RewardTimeout(f"math-verify gave up after {verifier_timeout_s}s") from err
+    except Exception:
         return 0.0

@@ -125,6 +125,7 @@ def test_runs_started_in_the_same_second_get_their_own_folders():
 
 
 @pytest.mark.parametrize("override,key", [("rollout.kv_cache_gib=0", "rollout.kv_cache_gib"),
+                                          ("data=gsm8k", "outside its alphabet"),  # the char model, GSM8K text
                                           pytest.param("optim.lr=inf", "optim.lr", marks=pytest.mark.slow),
                                           pytest.param("data.reward_workers=0", "data.reward_workers",
                                                        marks=pytest.mark.slow)])

@@ -11,7 +11,7 @@ from decimal import Decimal, InvalidOperation
 import pytest
 
 from lit_entropy.data.math_sources import default_data_dir
-from lit_entropy.rewards import RewardRunner
+from lit_entropy.rewards import RewardRunner, RewardTimeout
 from lit_entropy.tasks.math_answers import (
     extract_answer,
     extract_boxed,
@@ -159,3 +159,18 @@ def test_every_gold_answer_verifies_in_the_reward_runner_process_pool():
 def test_perturb_helper():
     assert perturb("18") == "19" and perturb("-1") == "0" and perturb("0.5") == "1.5"
     assert perturb(r"\frac{1}{2}") == r"\frac{1}{2}+1"
+
+
+def test_math_verify_giving_up_on_its_own_timeout_is_counted_as_a_timeout(caplog):
+    slow = "The answer is \\boxed{(10^{7})!}"  # sympy cannot compare this with 5 within a second
+    with pytest.raises(RewardTimeout):
+        math_reward("q", slow, "5", verifier_timeout_s=1)  # main thread: math-verify's alarm is on
+    runner = RewardRunner(math_reward, mode="process", timeout_s=30, num_workers=1,
+                          fn_kwargs={"verifier_timeout_s": 1})
+    with runner, caplog.at_level("WARNING"):
+        rewards, stats = runner.score(["q"] * 3, ["\\boxed{5}", slow, "\\boxed{4}"], ["5"] * 3)
+        runner.score(["q"], [slow], ["5"])
+    assert rewards == [1.0, 0.0, 0.0]
+    assert stats.timeouts == 1 and stats.errors == 0
+    assert runner.total.timeouts == 2
+    assert sum("timed out" in r.message for r in caplog.records) == 1  # warned once

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -44,3 +46,51 @@ def test_warm_start_lowers_the_loss(tmp_path):
 def test_head_dim_below_32_is_rejected():
     with pytest.raises(ValueError, match="head_dim"):
         TinyArch(head_dim=16)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "tokenizer"])
+def test_a_corrupt_warm_start_cache_is_detected_and_rebuilt(tmp_path, damage, caplog):
+    first = small(tmp_path).build()
+    expected = [t.clone() for t in first.model.state_dict().values()]  # the weights are mmapped from the file
+    path = Path(first.path)
+    assert (path / "checksums.json").exists()
+    weights = path / "model.safetensors"
+    if damage == "truncate":  # a full disk or a killed copy
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "flip":  # still loads, wrong numbers
+        data = bytearray(weights.read_bytes())
+        data[-5] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    else:
+        (path / "char_tokenizer.json").unlink()
+    with caplog.at_level("WARNING"):
+        again = small(tmp_path).build()
+    assert any("corrupt" in r.message for r in caplog.records)
+    for a, b in zip(expected, again.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # rebuilt deterministically
+
+
+def test_a_cache_written_before_checksums_gets_them_when_it_loads(tmp_path):
+    first = small(tmp_path).build()
+    (Path(first.path) / "checksums.json").unlink()
+    small(tmp_path).build()
+    assert (Path(first.path) / "checksums.json").exists()
+
+
+class FixedPrompts:
+    def __init__(self, *texts: str) -> None:
+        self.texts = texts
+
+    def sample(self, n: int, iteration: int, round: int = 0) -> list:
+        from lit_entropy.data.prompts import Prompt
+
+        return [Prompt(t) for t in self.texts[:n]]
+
+
+def test_the_character_model_refuses_prompts_it_cannot_read_or_fit():
+    spec = TinyLabPolicy()
+    spec.check_prompts(FixedPrompts("3,5,2=16:", "9,9,9=99:"), max_new_tokens=16)
+    with pytest.raises(ValueError, match=r"prompt 1 .*outside its alphabet.*\[' ', 'J', 'a', 'e', 'h'.*model=hf"):
+        spec.check_prompts(FixedPrompts("3,5,2=16:", "Jane has 3 apples"), max_new_tokens=16)
+    with pytest.raises(ValueError, match=r"needs 70 positions.*data.max_new_tokens=60.*max_position_embeddings=64"):
+        spec.check_prompts(FixedPrompts("3,5,2=16:"), max_new_tokens=60)
