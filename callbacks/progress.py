@@ -135,6 +135,8 @@ def summary_table(history: list[dict[str, float]], trainer: pl.Trainer | None = 
         lines.append("  of which " + ", ".join(shares))
     errors = sum(m.get("rollout/reward_errors", 0.0) for m in history)
     lines.append(f"reward errors (crashed, hung or non-finite rewards scored 0): {int(errors)}")
-    if trainer is not None and trainer.log_dir:
-        lines.append(f"logs: {trainer.log_dir}")
+    # The logger's folder (``trainer.log_dir`` would be a collective: this runs on rank 0 only).
+    log_dir = getattr(getattr(trainer, "logger", None), "log_dir", None) if trainer is not None else None
+    if log_dir:
+        lines.append(f"logs: {log_dir}")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, preset):
     scalars = read_scalars(tmp_path / "run")
     losses = [v for _, v in scalars["train/loss"]]
     assert losses and all(math.isfinite(v) for v in losses), preset
+    assert max(v for _, v in scalars["train/grad_norm"]) > 0, preset  # the smoke run learns something
     assert all(math.isfinite(v) for _, v in scalars["rollout/entropy"])
     if preset in RULE_OF:
         assert f"train/masked_frac_{RULE_OF[preset]}" in scalars

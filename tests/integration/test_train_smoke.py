@@ -42,6 +42,9 @@ def test_smoke_run_with_vllm_and_entrocraft_writes_finite_tensorboard_scalars(tm
         assert tag in scalars, f"{tag} missing; have {sorted(scalars)}"
         assert all(math.isfinite(v) for _, v in scalars[tag]), tag
     assert len(scalars["rollout/entropy"]) == 3  # one per iteration (debug=smoke: 3 iterations)
+    # debug=smoke keeps the lab's warm start: mixed-reward groups, so a real gradient in every iteration.
+    assert min(v for _, v in scalars["rollout/accuracy"]) > 0
+    assert all(v > 0 for _, v in scalars["train/grad_norm"]), scalars["train/grad_norm"]
     # Sampler and trainer agree after every weight sync (fp32 tiny model).
     assert max(v for _, v in scalars["diag/logp_mismatch_mean"]) <= 1e-3
     assert any("rollout/samples" in t for t in read_text_tags(tmp_path / "run"))
