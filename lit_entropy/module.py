@@ -8,12 +8,13 @@ count as the normaliser (manual optimisation, so no hidden division by the accum
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
 ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
 
-On W ranks (DDP or FSDP2) every rank holds the same rollout batch and the same minibatches. Passes
-without gradient shard the rows and all-gather the results; each optimizer step shards the
-minibatch's rows, normalises with the whole minibatch's counts, runs the same number of micro-batches
-on every rank (a zero-weight padding micro-batch where a rank has fewer rows) and scales the loss by W
-so that the strategies' gradient averaging yields the one-rank gradient sum. ``train/*`` sums are
-reduced over ranks before they are logged.
+Micro-batches take rows longest first and are cut to their longest row (no compute on padding).
+On W ranks (DDP or FSDP2) every rank holds the same rollout batch and the same minibatches; the
+micro-batches, which do not depend on W, are dealt out to the ranks. Passes without gradient
+all-gather their results; each optimizer step normalises with the whole minibatch's counts, runs the
+same number of micro-batches on every rank (a zero-weight padding micro-batch where a rank has fewer)
+and scales the loss by W so that the strategies' gradient averaging yields the one-rank gradient sum.
+``train/*`` sums are reduced over ranks before they are logged.
 """
 
 from __future__ import annotations
@@ -111,30 +112,26 @@ class PolicyModule(pl.LightningModule):
 
         Rows run longest first, each micro-batch cut to its longest row (right padding only: what
         is cut is padding, and a causal LM's outputs at the kept positions do not depend on it);
-        outputs are zero beyond each row's length. On W ranks each rank runs its contiguous block of
-        rows and the blocks are all-gathered in rank order; every rank runs the same number of
-        forwards (FSDP2's forward is a collective), repeating its first row where it has none left.
+        outputs are zero beyond each micro-batch's width. On W ranks the micro-batches are dealt to
+        the ranks (:func:`~lit_entropy.utils.dist.micro_batches`) and the results all-gathered, so
+        every rank gets what one rank computes, bitwise; every rank runs the same number of forwards
+        (FSDP2's forward is a collective), repeating row 0 where it has none left.
         """
         model = model or self.model
         was_training = model.training
         model.eval()
-        start, stop = dist.shard_bounds(input_ids.shape[0])
-        local: list[torch.Tensor] | None = None
         t0 = time.perf_counter()
+        parts: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
         lengths = attention_mask.sum(-1)
         for rows, padding, width in dist.micro_batches(input_ids.shape[0], self.algo.micro_batch_size, lengths):
             with self._precision_context():  # the update's autocast: the first ratio is exactly 1
                 out = self.token_stats(input_ids[rows, :width].to(self.device),
                                        attention_mask[rows, :width].to(self.device), model=model, **kw)
-            out = [o for o in out if o is not None]
-            if local is None:
-                local = [torch.zeros((stop - start, input_ids.shape[1]), dtype=o.dtype) for o in out]
             if not padding:
-                for full, o in zip(local, out, strict=True):
-                    full[rows - start, :width] = o.cpu()
+                parts.append((rows, [o.cpu() for o in out if o is not None]))
         self.time_forward += time.perf_counter() - t0
         model.train(was_training)
-        return dist.gather_rows(local)
+        return dist.gather_scattered_rows(parts, tuple(input_ids.shape))
 
     def _precision_context(self) -> contextlib.AbstractContextManager:
         """The trainer's precision context (autocast for bf16/fp16), or nothing outside a Trainer."""
@@ -216,8 +213,8 @@ class PolicyModule(pl.LightningModule):
         world = dist.world_size()
         t0 = time.perf_counter()
         lengths = minibatch["attention_mask"].sum(-1)
-        # This rank's rows, longest first, each micro-batch cut to its longest row; padding micro-batches
-        # keep the collectives in step.
+        # This rank's share of the micro-batches (rows longest first, each cut to its longest row; the
+        # same micro-batches on any number of ranks); padding micro-batches keep the collectives in step.
         for rows, padding, width in dist.micro_batches(n, step, lengths):
             mb = dist.take_rows(minibatch, rows, width)
             logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)

@@ -1,8 +1,9 @@
 """Small helpers for running one RL iteration on W ranks with the results of one rank.
 
-The rule everywhere: every rank holds the identical rollout batch; work is sharded by contiguous
-blocks of rows (or prompts) and put back together with an all-gather in rank order, so the
-concatenation is exactly the one-rank ordering. Reductions sum; they never average means.
+The rule everywhere: every rank holds the identical rollout batch. Generation is sharded by
+contiguous blocks of prompts, put back together with an all-gather in rank order (exactly the one-rank
+ordering); forward passes run the one-rank micro-batches, dealt out to the ranks, and their results
+are gathered back to their rows. Reductions sum; they never average means.
 
 All helpers are no-ops on one process (or when ``torch.distributed`` is not initialised), so the
 single-device path runs the same code.
@@ -10,6 +11,7 @@ single-device path runs the same code.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,39 +40,40 @@ def shard_bounds(n: int, world: int | None = None, rank_: int | None = None) -> 
 
 
 def num_steps(n: int, step: int, world: int | None = None) -> int:
-    """Micro-batches every rank must run so that all ranks run the same number (ceil of the largest shard)."""
+    """Micro-batches every rank runs when ``n`` rows are cut into micro-batches of ``step`` rows and
+    dealt to ``world`` ranks: the most any rank gets (at least 1, so collectives stay in step)."""
     world = world_size() if world is None else world
-    largest = -(-n // world)
-    return max(1, -(-largest // step))
+    chunks = math.ceil(n / step)
+    return max(1, math.ceil(chunks / world))
 
 
 def micro_batches(
-    n: int, step: int, lengths: torch.Tensor | None = None
-) -> Iterator[tuple[torch.Tensor | slice, bool, int | None]]:
-    """``(rows, padding, width)`` for each micro-batch of this rank's block of ``n`` rows, ``step`` at a time.
+    n: int, step: int, lengths: torch.Tensor | None = None, world: int | None = None, rank_: int | None = None
+) -> Iterator[tuple[torch.Tensor, bool, int | None]]:
+    """``(rows, padding, width)`` for each of this rank's micro-batches of ``n`` rows.
 
-    Every rank gets :func:`num_steps` of them (collectives stay in step); where a rank has run out of
-    rows, ``padding`` is True and ``rows`` is the first row, to be run with zero weight.
-
-    With ``lengths`` (each row's used length, e.g. ``attention_mask.sum(-1)``) the block's rows are
-    taken longest first (a stable sort, so the order is deterministic), ``rows`` is an index tensor and
-    ``width`` the longest length among them: the caller trims the micro-batch's columns to it, so a
-    micro-batch of short rows does not compute on padding. Without ``lengths``, ``rows`` is a slice
-    in row order and ``width`` is None (no trimming).
+    The rows are ordered (longest first by ``lengths``, a stable sort; row order without them), cut into
+    micro-batches of ``step`` rows, and the micro-batches are dealt round-robin to the ranks. The
+    micro-batches themselves never depend on the number of ranks, so every row is computed in the same
+    company, with the same shapes, on one rank or on W: per-row results are bitwise the same. ``width``
+    is the longest length in the micro-batch (None without ``lengths``): the caller cuts the columns to
+    it, so short rows are not padded up to the batch's longest. Every rank gets :func:`num_steps`
+    micro-batches; where a rank has run out, ``padding`` is True and ``rows`` is row 0, to be run with
+    zero weight.
     """
-    start, stop = shard_bounds(n)
-    order = None
-    if lengths is not None:
-        local = lengths[start:stop].long()
-        order = start + torch.sort(local, descending=True, stable=True).indices
-    for k in range(num_steps(n, step)):
-        lo, hi = start + k * step, min(stop, start + (k + 1) * step)
-        padding = hi <= lo
-        if order is None:
-            yield (slice(0, 1), True, None) if padding else (slice(lo, hi), False, None)
-            continue
-        rows = torch.zeros(1, dtype=torch.long) if padding else order[lo - start : hi - start]
-        yield rows, padding, max(1, int(lengths[rows].max())) if lengths.numel() else 1
+    world = world_size() if world is None else world
+    rank_ = rank() if rank_ is None else rank_
+    order = torch.arange(n) if lengths is None else torch.sort(lengths.long(), descending=True, stable=True).indices
+    mine = [order[k : k + step] for k in range(0, n, step)][rank_::world]
+
+    def width(rows: torch.Tensor) -> int | None:
+        if lengths is None:
+            return None
+        return max(1, int(lengths[rows].max())) if lengths.numel() else 1
+
+    for k in range(num_steps(n, step, world)):
+        rows, padding = (mine[k], False) if k < len(mine) else (torch.zeros(1, dtype=torch.long), True)
+        yield rows, padding, width(rows)
 
 
 def take_rows(batch: dict[str, torch.Tensor], rows: torch.Tensor | slice, width: int | None) -> dict[str, torch.Tensor]:
@@ -100,6 +103,21 @@ def gather_rows(local: list[torch.Tensor]) -> list[torch.Tensor]:
         return local
     parts = gather_objects([t.cpu() for t in local])
     return [torch.cat([p[i] for p in parts]) for i in range(len(local))]
+
+
+def gather_scattered_rows(
+    parts: list[tuple[torch.Tensor, list[torch.Tensor]]], shape: tuple[int, int]
+) -> list[torch.Tensor]:
+    """Full ``shape`` tensors from every rank's ``(rows, [values [len(rows), w], ...])`` parts: each value
+    block is written at its rows and first ``w`` columns, zeros elsewhere (identical on every rank)."""
+    everyone = [part for rank_parts in gather_objects(parts) for part in rank_parts]
+    if not everyone:
+        return []
+    out = [torch.zeros(shape, dtype=v.dtype) for v in everyone[0][1]]
+    for rows, values in everyone:
+        for full, v in zip(out, values, strict=True):
+            full[rows, : v.shape[1]] = v
+    return out
 
 
 def all_reduce_sum(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -75,6 +75,17 @@ def controller_state(record: dict) -> dict:
     return {k: v for k, v in record["controllers"].items() if k != "ModelCheckpoint"}  # dirpath differs
 
 
+def nearly_equal(a, b, tol: float = 1e-6) -> bool:
+    """Equal structures whose floats differ by at most ``tol``."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(nearly_equal(a[k], b[k], tol) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(nearly_equal(x, y, tol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol
+    return a == b
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("config", sorted(set(CONFIGS) - {"two_iterations"}))
 def test_two_ranks_give_one_ranks_parameters(dumps, strategy, config):
@@ -95,9 +106,15 @@ def test_rollouts_entropy_and_controllers_are_identical_across_ranks(dumps, stra
             two = load(dumps[strategy], config, rank)
             assert two["completions"] == one["completions"]  # sharded generation = one rank's samples
             assert torch.equal(two["rewards"], one["rewards"])
-            assert two["entropy"] == one["entropy"]  # rollout/entropy, the control signal, exactly
+            if config == "two_iterations":  # after an update whose sums ran in another order: the 1e-6 standard
+                assert abs(two["entropy"] - one["entropy"]) <= 1e-6
+            else:  # same weights: rollout/entropy, the control signal, exactly
+                assert two["entropy"] == one["entropy"]
             assert torch.allclose(two["old_logp"], one["old_logp"], atol=1e-6)
-            assert controller_state(two) == controller_state(one)
+            if config == "two_iterations":
+                assert nearly_equal(controller_state(two), controller_state(one)), config
+            else:
+                assert controller_state(two) == controller_state(one)
 
 
 def test_the_update_changes_parameters(dumps):

@@ -1,4 +1,4 @@
-"""Row sharding for W ranks: contiguous blocks in rank order, equal micro-batch counts."""
+"""Row sharding for W ranks: contiguous blocks in rank order, micro-batches dealt out, equal counts."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ def test_shard_bounds_are_tensor_splits_blocks_in_rank_order(n, world):
 
 
 @pytest.mark.parametrize("n,step,world,expected", [(10, 4, 2, 2), (9, 4, 2, 2), (8, 4, 2, 1), (1, 4, 2, 1),
-                                                   (0, 4, 2, 1), (13, 3, 1, 5)])
-def test_every_rank_runs_the_micro_batches_of_the_largest_shard(n, step, world, expected):
+                                                   (0, 4, 2, 1), (13, 3, 1, 5), (28, 4, 2, 4)])
+def test_every_rank_runs_as_many_micro_batches_as_the_busiest(n, step, world, expected):
     assert dist.num_steps(n, step, world) == expected
     for r in range(world):
-        a, b = dist.shard_bounds(n, world, r)
-        assert -(-(b - a) // step) <= expected
+        assert len(list(dist.micro_batches(n, step, world=world, rank_=r))) == expected
 
 
 def test_single_process_helpers_are_identity():
@@ -36,9 +35,9 @@ def test_single_process_helpers_are_identity():
 
 
 def test_micro_batches_on_one_process_cover_every_row_once():
-    assert list(dist.micro_batches(10, 4)) == [
-        (slice(0, 4), False, None), (slice(4, 8), False, None), (slice(8, 10), False, None)]
-    assert list(dist.micro_batches(0, 4)) == [(slice(0, 1), True, None)]
+    out = [(r.tolist(), p, w) for r, p, w in dist.micro_batches(10, 4)]
+    assert out == [([0, 1, 2, 3], False, None), ([4, 5, 6, 7], False, None), ([8, 9], False, None)]
+    assert [(r.tolist(), p) for r, p, _ in dist.micro_batches(0, 4)] == [([0], True)]
 
 
 def test_micro_batches_by_length_run_longest_first_and_give_the_width():
@@ -47,10 +46,28 @@ def test_micro_batches_by_length_run_longest_first_and_give_the_width():
     assert [r.tolist() for r, _, _ in out] == [[1, 3, 6], [2, 5, 0], [4]]  # stable: ties keep row order
     assert [w for _, _, w in out] == [9, 5, 1]
     assert not any(p for _, p, _ in out)
-    rows = torch.cat([r for r, _, _ in out])
-    assert sorted(rows.tolist()) == list(range(7))
     (pad,) = list(dist.micro_batches(0, 3, torch.zeros(0, dtype=torch.long)))
     assert pad[1] is True
+
+
+@pytest.mark.parametrize("n,step,world", [(28, 4, 2), (7, 3, 2), (10, 4, 3), (3, 4, 2)])
+def test_ranks_share_out_the_one_rank_micro_batches(n, step, world):
+    """The micro-batches do not depend on W: each rank runs some of the one-rank ones, never split."""
+    lengths = torch.randint(1, 20, (n,), generator=torch.Generator().manual_seed(n))
+    single = {tuple(r.tolist()): w for r, _, w in dist.micro_batches(n, step, lengths, world=1, rank_=0)}
+    seen = []
+    for r in range(world):
+        for rows, padding, width in dist.micro_batches(n, step, lengths, world=world, rank_=r):
+            if not padding:
+                assert single[tuple(rows.tolist())] == width
+                seen.append(tuple(rows.tolist()))
+    assert sorted(seen) == sorted(single)
+
+
+def test_gather_scattered_rows_puts_every_block_back_at_its_rows():
+    parts = [(torch.tensor([2, 0]), [torch.tensor([[1.0, 2.0], [3.0, 4.0]])]), (torch.tensor([1]), [torch.tensor([[5.0]])])]
+    (full,) = dist.gather_scattered_rows(parts, (3, 3))
+    assert full.tolist() == [[3.0, 4.0, 0.0], [5.0, 0.0, 0.0], [1.0, 2.0, 0.0]]
 
 
 def test_take_rows_cuts_only_row_by_column_tensors():
