@@ -13,7 +13,7 @@ rollout and controller step. Resuming it runs exactly the iterations that were n
 
 * ``last.ckpt`` at every ``every_n_epochs``-th boundary (boundary 0, before the first rollout, too, so a
   crash at any time leaves a checkpoint) and when training ends; with ``keep_iterations`` also
-  ``iteration=NNNN.ckpt`` (a hard link, no extra disk) holding the state after NNNN iterations;
+  ``iteration-NNNN.ckpt`` (a hard link, no extra disk) holding the state after NNNN iterations;
 * ``exception.ckpt`` when ``fit`` dies with an exception (``FloatingPointError``, ``KeyboardInterrupt`` of
   Ctrl-C, …): the state at that moment, for inspection; ``ckpt_path`` refuses it (it is mid-iteration) —
   ``last.ckpt`` is the one to resume from.
@@ -32,6 +32,7 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_entropy.checkpointing import (
     META_KEY,
@@ -55,7 +56,7 @@ class IterationCheckpoint(ModelCheckpoint):
     def __init__(self, dirpath: str, every_n_epochs: int = 1, keep_iterations: bool = False,
                  save_on_exception: bool = True) -> None:
         """``every_n_epochs``: iterations between boundary checkpoints (a crash recomputes fewer than that).
-        ``keep_iterations``: also keep ``iteration=NNNN.ckpt`` for every boundary saved."""
+        ``keep_iterations``: also keep ``iteration-NNNN.ckpt`` for every boundary saved."""
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
             raise ValueError(f"callbacks.checkpoint.every_n_epochs={every_n_epochs!r} must be an integer >= 1")
         super().__init__(dirpath=dirpath, save_last=True, save_top_k=0, every_n_epochs=every_n_epochs,
@@ -93,7 +94,7 @@ class IterationCheckpoint(ModelCheckpoint):
             self.save_boundary(trainer)
 
     def save_boundary(self, trainer: pl.Trainer) -> None:
-        """``last.ckpt`` (and ``iteration=NNNN.ckpt``) holding the state after ``current_epoch`` iterations."""
+        """``last.ckpt`` (and ``iteration-NNNN.ckpt``) holding the state after ``current_epoch`` iterations."""
         done = trainer.current_epoch
         self._flush_loggers(trainer)  # nothing logged before the boundary may be lost with the process
         last = Path(self.dirpath) / self.LAST
@@ -101,13 +102,19 @@ class IterationCheckpoint(ModelCheckpoint):
         self.last_model_path = str(last)
         self._write(trainer, last)
         if self.keep_iterations and trainer.is_global_zero:
-            link_or_copy(last, Path(self.dirpath) / f"iteration={done:04d}.ckpt")
+            link_or_copy(last, Path(self.dirpath) / f"iteration-{done:04d}.ckpt")
         trainer.strategy.barrier("IterationCheckpoint")
         self._saved_boundary = done
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """``exception.ckpt``: the state when ``fit`` failed (never raises; the original error matters)."""
-        if not self.exception_checkpoint or self.dirpath is None:
+        if self.dirpath is None:
+            return
+        progress = trainer.fit_loop.epoch_progress.current
+        if isinstance(exception, SIGTERMException) and progress.ready == progress.completed:
+            self.save_boundary(trainer)  # Lightning stops on SIGTERM after an epoch: that is a boundary
+            return
+        if not self.exception_checkpoint:
             return
         if trainer.world_size > 1:  # a collective save cannot be trusted when only some ranks failed
             log.warning("no %s on %d ranks; resume from %s", self.EXCEPTION, trainer.world_size, self.LAST)

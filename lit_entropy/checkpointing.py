@@ -146,7 +146,7 @@ def preserved_rng() -> Iterator[None]:
 def _corrupt(path: Path, why: str) -> ValueError:
     return ValueError(
         f"ckpt_path={path}: not a readable checkpoint ({why}); it was probably truncated by a crash or a full "
-        f"disk. Resume from another one, e.g. an earlier {path.parent}/iteration=*.ckpt"
+        f"disk. Resume from another one, e.g. an earlier {path.parent}/iteration-*.ckpt (callbacks.checkpoint.keep_iterations)"
     )
 
 

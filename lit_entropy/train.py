@@ -105,7 +105,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     or mid-iteration checkpoint is refused naming its path.
     """
     ckpt_path = cfg.get("ckpt_path")
-    resume_step = check_resumable(ckpt_path)["step"] if ckpt_path else None
+    special = ckpt_path in ("last", "hpc", "registry")  # Lightning resolves these names itself
+    resume_step = check_resumable(ckpt_path)["step"] if ckpt_path and not special else None
     trainer, module, datamodule = build(cfg, resume_step=resume_step)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)

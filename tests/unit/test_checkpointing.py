@@ -58,9 +58,9 @@ def test_a_successful_write_replaces_the_file(tmp_path):
     target.write_bytes(b"previous")
     atomic_write(target, lambda tmp: open(tmp, "wb").write(b"new"))
     assert target.read_bytes() == b"new" and not temp_path(target).exists()
-    link_or_copy(target, tmp_path / "iteration=0001.ckpt")
+    link_or_copy(target, tmp_path / "iteration-0001.ckpt")
     atomic_write(target, lambda tmp: open(tmp, "wb").write(b"newer"))
-    assert (tmp_path / "iteration=0001.ckpt").read_bytes() == b"new"  # the kept copy does not follow last.ckpt
+    assert (tmp_path / "iteration-0001.ckpt").read_bytes() == b"new"  # the kept copy does not follow last.ckpt
 
 
 def test_a_non_publishing_rank_only_writes(tmp_path):
