@@ -112,7 +112,10 @@ class IterationCheckpoint(ModelCheckpoint):
             return
         progress = trainer.fit_loop.epoch_progress.current
         if isinstance(exception, SIGTERMException) and progress.ready == progress.completed:
-            self.save_boundary(trainer)  # Lightning stops on SIGTERM after an epoch: that is a boundary
+            try:  # Lightning stops on SIGTERM after an epoch: that is a boundary
+                self.save_boundary(trainer)
+            except BaseException as err:  # noqa: B036
+                log.error("could not write %s after SIGTERM: %s", self.LAST, err)
             return
         if not self.exception_checkpoint:
             return
