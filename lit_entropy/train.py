@@ -12,6 +12,8 @@ import lightning.pytorch as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy.checkpointing import check_resumable
+
 log = logging.getLogger(__name__)
 
 
@@ -35,10 +37,18 @@ def instantiate_callbacks(cfg: DictConfig | None) -> list[pl.Callback]:
     return found
 
 
-def instantiate_loggers(cfg: DictConfig | None) -> list[Any]:
+def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None) -> list[Any]:
+    """The ``logger`` nodes. ``resume_step``: a resumed run's first step; TensorBoard writers get it as
+    ``purge_step``, so in the same log folder TensorBoard hides what the interrupted run logged after its
+    checkpoint (the resumed run logs those steps again, identically)."""
     if not cfg:
         return []
-    return [instantiate(node) for node in cfg.values() if isinstance(node, DictConfig) and "_target_" in node]
+    out = []
+    for node in cfg.values():
+        if isinstance(node, DictConfig) and "_target_" in node:
+            extra = {"purge_step": resume_step} if resume_step and "TensorBoardLogger" in node._target_ else {}
+            out.append(instantiate(node, **extra))
+    return out
 
 
 def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
@@ -57,11 +67,11 @@ def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
             owners[knob] = type(cb).__name__
 
 
-def build(cfg: DictConfig, engine: Any = None) -> tuple[pl.Trainer, Any, Any]:
+def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -> tuple[pl.Trainer, Any, Any]:
     """The trainer, the module and the rollout DataModule of a composed config.
 
     ``engine`` replaces the ``rollout`` group's engine factory (e.g. to share one started engine
-    between several fits in one process).
+    between several fits in one process). ``resume_step``: see :func:`instantiate_loggers`.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # The in-process vLLM engine initialises a one-process torch.distributed group, which makes
@@ -83,7 +93,7 @@ def build(cfg: DictConfig, engine: Any = None) -> tuple[pl.Trainer, Any, Any]:
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     check_knob_owners(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, _recursive_=False)
-    loggers = instantiate_loggers(cfg.get("logger"))
+    loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:
         for lg in loggers:
@@ -92,10 +102,17 @@ def build(cfg: DictConfig, engine: Any = None) -> tuple[pl.Trainer, Any, Any]:
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
-    """Fit one run; returns the final logged metrics as floats."""
-    trainer, module, datamodule = build(cfg)
+    """Fit one run; returns the final logged metrics as floats.
+
+    A ``ckpt_path`` is checked first (before the warm start and the engine start): a truncated, corrupt
+    or mid-iteration checkpoint is refused naming its path.
+    """
+    ckpt_path = cfg.get("ckpt_path")
+    special = ckpt_path in ("last", "hpc", "registry")  # Lightning resolves these names itself
+    resume_step = check_resumable(ckpt_path)["step"] if ckpt_path and not special else None
+    trainer, module, datamodule = build(cfg, resume_step=resume_step)
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     finally:
         datamodule.close()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}

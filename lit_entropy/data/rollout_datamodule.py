@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
+from lit_entropy.checkpointing import preserved_rng
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.data.prompts import PromptSource
 from lit_entropy.precision import engine_dtype_for
@@ -152,6 +153,10 @@ class RolloutDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         module = trainer.lightning_module
+        for cb in trainer.callbacks:  # the iteration boundary: checkpoints are written here (callbacks/checkpoint.py)
+            hook = getattr(cb, "on_rollout_start", None)
+            if callable(hook):
+                hook(trainer, module)
         batch = self.collect(module, iteration=trainer.current_epoch)
         t0 = time.perf_counter()
         for cb in trainer.callbacks:
@@ -168,7 +173,9 @@ class RolloutDataModule(pl.LightningDataModule):
         if not minibatches:
             log.warning("iteration %d: every row was rejected; no update this iteration", trainer.current_epoch)
             minibatches = [batch.select(torch.arange(0))]  # one empty step keeps Lightning's epoch going
-        return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
+        # generator=: each iterator draws a seed, and Lightning makes more iterators in a fresh process's later
+        # epochs than in a resumed one's first; from the global RNG that would break exact resume.
+        return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x, generator=gen)
 
     def collect(self, module: Any, iteration: int) -> RolloutBatch:
         """Steps 1–5: sync, prompts, generate, score, advantages and the pre-update pass.
@@ -176,7 +183,8 @@ class RolloutDataModule(pl.LightningDataModule):
         With ``algo.dynamic_sampling`` (DAPO) groups whose rewards are all equal are dropped and more
         prompts are drawn, up to ``algo.max_sampling_rounds`` extra rounds, until the batch is full.
         """
-        self._ensure_started(module)
+        with preserved_rng():  # vLLM seeds the global RNGs when it starts; a resumed run starts it later
+            self._ensure_started(module)
         algo = module.algo
         metrics: dict[str, float] = {"time/generate": 0.0, "time/score": 0.0}
         t0 = time.perf_counter()

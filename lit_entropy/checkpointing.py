@@ -1,0 +1,192 @@
+"""Crash-safe checkpoint files: atomic writes and a start-up check of ``ckpt_path``.
+
+A checkpoint is written to a temporary name in the same directory, fsynced, then renamed over the
+target (``os.replace``), so a kill, Ctrl-C or full disk mid-write leaves the previous file intact.
+``check_resumable`` reads a checkpoint before any expensive work and refuses, naming the path, one
+that is truncated or corrupt, or one written at an exception (not an iteration boundary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+META_KEY = "lit_entropy"
+"""Top-level checkpoint key: ``{"kind": "iteration" | "exception", "iteration": k, "reason": ..., "rng": ...}``."""
+
+
+def temp_path(path: str | os.PathLike) -> Path:
+    """The temporary name a checkpoint is written under before the rename (same directory, same disk)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp")
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file, or every file of a directory and the directory itself, to the disk."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    for f in files:
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if path.is_dir():
+        fsync_dir(path)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename in ``path`` durable (POSIX: fsync the directory)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None], publish: bool = True) -> None:
+    """``write(tmp)`` then, where ``publish``, fsync ``tmp`` and rename it over ``path``.
+
+    Every rank calls this (the write may be collective); only the rank that ``publish``-es renames.
+    On any failure — ``OSError`` of a full disk, ``KeyboardInterrupt`` — the temporary file is removed
+    and ``path`` keeps its previous content.
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        write(str(tmp))
+        if publish:
+            _fsync(tmp)
+            if tmp.is_dir() and path.is_dir():  # a sharded (directory) checkpoint: rename() cannot replace it
+                old = path.with_name(f".{path.name}.old")
+                remove(old)
+                os.replace(path, old)
+                os.replace(tmp, path)
+                remove(old)
+            else:
+                os.replace(tmp, path)
+            fsync_dir(path.parent)
+    except BaseException as err:
+        if publish:
+            remove(tmp)
+        if isinstance(err, OSError):
+            raise OSError(err.errno, f"could not write checkpoint {path} ({err}); "
+                                     f"the previous {path.name}, if any, is intact") from err
+        raise
+
+
+def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """``dst`` becomes a hard link to ``src`` (a copy where links are not possible), replaced atomically."""
+    src, dst = Path(src), Path(dst)
+    tmp = temp_path(dst)
+    remove(tmp)
+    try:
+        if src.is_dir():
+            shutil.copytree(src, tmp)
+        else:
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
+def rng_to_safe(states: dict[str, Any]) -> dict[str, Any]:
+    """Global RNG states in types ``torch.load(weights_only=True)`` accepts (Lightning loads that way):
+    NumPy's key array becomes a tensor."""
+    out = dict(states)
+    if "numpy" in out:
+        kind, keys, pos, has_gauss, gauss = out["numpy"]
+        out["numpy"] = (kind, torch.from_numpy(keys.copy()), int(pos), int(has_gauss), float(gauss))
+    return out
+
+
+def rng_from_safe(states: dict[str, Any]) -> dict[str, Any]:
+    out = dict(states)
+    if "numpy" in out:
+        kind, keys, pos, has_gauss, gauss = out["numpy"]
+        out["numpy"] = (kind, keys.numpy(), pos, has_gauss, gauss)
+    return out
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Leave the global RNGs (Python, NumPy, torch, CUDA) as they were: starting a rollout engine (vLLM
+    seeds them all) must not move them, or a resumed run, which starts it later, would diverge."""
+    from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+
+    states = _collect_rng_states()
+    try:
+        yield
+    finally:
+        _set_rng_states(states)
+
+
+def _corrupt(path: Path, why: str) -> ValueError:
+    return ValueError(
+        f"ckpt_path={path}: not a readable checkpoint ({why}); it was probably truncated by a crash or a full "
+        f"disk. Resume from another one, e.g. an earlier {path.parent}/iteration-*.ckpt (callbacks.checkpoint.keep_iterations)"
+    )
+
+
+def check_resumable(path: str | os.PathLike) -> dict[str, Any]:
+    """Refuse a checkpoint a run cannot resume from, naming it; return its metadata.
+
+    Returns ``{"step": optimizer steps logged so far (TensorBoard's step), "iteration": k, "kind": ...}``.
+    A directory (sharded FSDP2 checkpoint) is only checked for its ``.metadata`` file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"ckpt_path={path}: no such file")
+    if path.is_dir():
+        if not (path / ".metadata").exists():
+            raise _corrupt(path, "a directory without .metadata")
+        return {"step": None, "iteration": None, "kind": None}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()  # reads every member and checks its CRC: truncation and bit rot
+        if bad is not None:
+            raise _corrupt(path, f"member {bad} fails its CRC check")
+        ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except ValueError:
+        raise
+    except Exception as err:  # BadZipFile, RuntimeError of torch's reader, UnpicklingError, EOFError, ...
+        raise _corrupt(path, f"{type(err).__name__}: {str(err)[:200]}") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:
+        raise ValueError(f"ckpt_path={path}: not a training checkpoint of this package (no state_dict/loops)")
+    meta = ckpt.get(META_KEY) or {}
+    if meta.get("kind") == "exception":
+        raise ValueError(
+            f"ckpt_path={path} was written when the run failed mid-iteration {meta.get('iteration')} "
+            f"({meta.get('reason')}); it holds that state for inspection, but resuming it would apply part of an "
+            f"iteration twice. Resume exactly from {path.parent / 'last.ckpt'} (the last iteration boundary)"
+        )
+    fit = ckpt["loops"].get("fit_loop", {})
+    epochs = fit.get("epoch_progress", {}).get("total", {})
+    counts = {epochs.get(k) for k in ("ready", "started", "processed", "completed")}
+    if len(counts) > 1:
+        log.warning("ckpt_path=%s was written inside an iteration (epoch progress %s), not at an iteration "
+                    "boundary: the resumed run will not continue exactly", path, epochs)
+    step = fit.get("epoch_loop.state_dict", {}).get("_batches_that_stepped")
+    return {"step": step, "iteration": epochs.get("completed"), "kind": meta.get("kind")}
