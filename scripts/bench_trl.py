@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -102,7 +103,9 @@ def side_summary(runs: list[dict], warmup: int) -> dict:
     mean_curve = [statistics.mean(c[i] for c in curves if i < len(c) and c[i] is not None)
                   if any(i < len(c) and c[i] is not None for c in curves) else None
                   for i in range(max(map(len, curves), default=0))]
-    return {"iteration_s": spread([it["seconds"] for it in measured]), "phases_median_s": phases,
+    return {"iteration_s": spread([it["seconds"] for it in measured]),
+            "iteration_cpu_s": spread([it["cpu_seconds"] for it in measured if "cpu_seconds" in it]),
+            "phases_median_s": phases,
             "overhead_frac": spread(overheads), "overhead_basis": basis, "accuracy_mean": mean_curve,
             "accuracy_runs": curves}
 
@@ -111,11 +114,14 @@ def summarize(runs: list[dict], settings: list[str], warmup: int) -> dict:
     out = {}
     for setting in settings:
         by_side = {side: [r for r in runs if r["setting"] == setting and r["side"] == side] for side in SIDES}
-        medians = {side: [statistics.median(it["seconds"] for it in r["iterations"][warmup:]) for r in rs]
-                   for side, rs in by_side.items()}
-        ratios = [o / t for o, t in zip(medians["ours"], medians["trl"], strict=True)]
+        ratios = {}
+        for key in ("seconds", "cpu_seconds"):
+            medians = {side: [statistics.median(it.get(key, math.nan) for it in r["iterations"][warmup:])
+                              for r in rs] for side, rs in by_side.items()}
+            pairs = [o / t for o, t in zip(medians["ours"], medians["trl"], strict=True)]
+            ratios[key] = spread([x for x in pairs if math.isfinite(x)])
         out[setting] = {**{side: side_summary(rs, warmup) for side, rs in by_side.items()},
-                        "ratio_ours_over_trl": spread(ratios), "pair_medians_s": medians}
+                        "ratio_ours_over_trl": ratios["seconds"], "cpu_ratio_ours_over_trl": ratios["cpu_seconds"]}
     return out
 
 
@@ -134,13 +140,17 @@ def markdown(report: dict) -> str:
              f"the first {s['warmup']} excluded. Our overrides: `{' '.join(s['overrides_common'])}`.", ""]
     for setting, r in summ.items():
         o, t, ratio = r["ours"], r["trl"], r["ratio_ours_over_trl"]
-        lines += [f"## {SETTINGS[setting]}", "", "| side | iteration s min | median | max | iterations |",
-                  "|---|---|---|---|---|"]
+        cpu_ratio = r["cpu_ratio_ours_over_trl"]
+        lines += [f"## {SETTINGS[setting]}", "", "| side | iteration s min | median | max | CPU s median | iterations |",
+                  "|---|---|---|---|---|---|"]
         for name, side in (("lit-entropy", o), ("TRL", t)):
-            it = side["iteration_s"]
-            lines.append(f"| {name} | {fmt(it['min'])} | {fmt(it['median'])} | {fmt(it['max'])} | {it['n']} |")
+            it, cpu = side["iteration_s"], side["iteration_cpu_s"]
+            lines.append(f"| {name} | {fmt(it['min'])} | {fmt(it['median'])} | {fmt(it['max'])} | "
+                         f"{fmt(cpu.get('median'))} | {it['n']} |")
         lines += ["", f"**ours / TRL time ratio** (per pair, median iteration): min {fmt(ratio['min'])}, median "
-                  f"{fmt(ratio['median'])}, max {fmt(ratio['max'])} over {ratio['n']} pair(s) (< 1: ours faster).", "",
+                  f"{fmt(ratio['median'])}, max {fmt(ratio['max'])} over {ratio['n']} pair(s) (< 1: ours faster). "
+                  f"Trainer-process CPU time ratio: median {fmt(cpu_ratio.get('median'))} (min "
+                  f"{fmt(cpu_ratio.get('min'))}, max {fmt(cpu_ratio.get('max'))}).", "",
                   "| phase (median s per iteration) | lit-entropy | TRL |", "|---|---|---|"]
         rows = [("sync weights", "sync"), ("generate", "generate"), ("score", "score"),
                 ("pre-update pass (advantages, old log-probs)", "prepare"), ("  of which old-logprob forward",

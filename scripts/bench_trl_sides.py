@@ -96,15 +96,15 @@ def run_ours(spec: dict) -> dict:
         epoch starts, so this interval holds one whole RL iteration (the first one also holds start-up)."""
 
         def __init__(self) -> None:
-            self.last = 0.0
-            self.seconds: list[float] = []
+            self.last = (0.0, 0.0)
+            self.seconds: list[tuple[float, float]] = []  # (wall, this process's CPU)
 
         def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-            self.last = time.perf_counter()
+            self.last = (time.perf_counter(), time.process_time())
 
         def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-            now = time.perf_counter()
-            self.seconds.append(now - self.last)
+            now = (time.perf_counter(), time.process_time())
+            self.seconds.append((now[0] - self.last[0], now[1] - self.last[1]))
             self.last = now
 
     cfg = compose(spec["overrides"] + [f"paths.output_dir={spec['workdir']}"])
@@ -117,10 +117,11 @@ def run_ours(spec: dict) -> dict:
     finally:
         datamodule.close()
     iters = []
-    for i, seconds in enumerate(timer.seconds):
+    for i, (seconds, cpu) in enumerate(timer.seconds):
         logged = capture.by_epoch.get(i, {})
         phases = {k.removeprefix("time/"): v for k, v in logged.items() if k.startswith("time/")}
-        iters.append({"seconds": seconds, "phases": phases, "accuracy": logged.get("rollout/accuracy")})
+        iters.append({"seconds": seconds, "cpu_seconds": cpu, "phases": phases,
+                      "accuracy": logged.get("rollout/accuracy")})
     return {"iterations": iters}
 
 
@@ -211,12 +212,12 @@ def run_trl(spec: dict) -> dict:
 
     class IterationTimer(TrainerCallback):
         def __init__(self) -> None:
-            self.last = 0.0
+            self.last = (0.0, 0.0)
             self.opt_start = 0.0
             self.iterations: list[dict] = []
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.last = time.perf_counter()
+            self.last = (time.perf_counter(), time.process_time())
             clock.take()
 
         def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -228,11 +229,12 @@ def run_trl(spec: dict) -> dict:
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if state.global_step % steps_per_iter:
                 return
-            now = time.perf_counter()
+            now = (time.perf_counter(), time.process_time())
             phases = clock.take()
             phases["update"] = phases.get("forward_backward", 0.0) + phases.pop("optimizer", 0.0)
             phases["prepare"] = sum(phases.pop(k, 0.0) for k in ("prepare", "other")) + phases.get("prepare_forward", 0.0)
-            self.iterations.append({"seconds": now - self.last, "phases": phases})
+            self.iterations.append({"seconds": now[0] - self.last[0], "cpu_seconds": now[1] - self.last[1],
+                                    "phases": phases})
             self.last = now
 
     patches = apply_vllm_cpu_patches(dtype=cfg.rollout.get("dtype", "float32")) if spec["setting"] == "vllm" else {}
