@@ -1,6 +1,7 @@
 # The two commands:   make train   (set up, then run the Countdown lab on CPU)
 #                     make test    (set up, then run the test suite)
 # Extra Hydra overrides go in ARGS, e.g.  make train ARGS="callbacks/entropy=none"
+# Against TRL's GRPOTrainer: make bench-trl [ARGS="--pairs 3 --iters 5"]   (adds the `bench` extra)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,9 +10,10 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= cpu,dev
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test smoke lint bench clean
+.PHONY: setup train test smoke lint bench bench-trl clean
 
 setup: $(STAMP)
 
@@ -34,6 +36,14 @@ test: $(STAMP)
 
 smoke: $(STAMP)
 	$(PY) scripts/train.py debug=smoke $(ARGS)
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]" "$(TORCH_SPEC)"
+	$(PY) -c "import trl, datasets"
+	touch $(BENCH_STAMP)
+
+bench-trl: $(BENCH_STAMP)
+	$(PY) scripts/bench.py --vs trl $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check lit_entropy callbacks scripts tests

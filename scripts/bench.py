@@ -1,5 +1,9 @@
 """Benchmarks for the choices in DESIGN §8–9: `python scripts/bench.py [--quick] [--only generate,entropy]`.
 
+``python scripts/bench.py --vs trl [--quick] [--settings hf,vllm] [--pairs N] [--iters N]`` instead runs
+the side-by-side benchmark against TRL's ``GRPOTrainer`` (``scripts/bench_trl.py``; needs the ``bench``
+extra).
+
 * ``generate``: the lab policy sampling Countdown completions with vLLM and with HF ``generate``, at a
   few batch sizes (and vLLM's ``sync_weights``).
 * ``entropy``: chunked ``token_logprobs_and_entropy`` vs the naive full ``log_softmax`` on random
@@ -217,7 +221,17 @@ def markdown(report: dict) -> str:
 
 
 def main() -> None:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--vs", choices=("trl",))
+    known, rest = pre.parse_known_args()
+    if known.vs == "trl":  # every other option belongs to scripts/bench_trl.py
+        from bench_trl import main as vs_trl
+
+        vs_trl(rest)
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vs", choices=("trl",), help="compare against another trainer instead "
+                        "(`--vs trl --help` lists its options)")
     parser.add_argument("--out", default="bench_results/", help="output directory")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a measurement)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (5; quick: 2)")
