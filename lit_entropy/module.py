@@ -94,7 +94,12 @@ class PolicyModule(pl.LightningModule):
         with_scores: bool = False, model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """fp32 per-token log-prob and full-vocabulary entropy (and S, N scores), aligned with ``input_ids``."""
-        logits = (model or self.model)(input_ids=input_ids, attention_mask=attention_mask.long()).logits
+        # Right-padded rows need no attention mask: causal attention already keeps every real token from
+        # seeing the padding after it, and without a mask the attention kernel runs its causal fast path
+        # (a third less forward time on the lab). Outputs at padding positions are never used.
+        right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+        mask = None if right_padded else attention_mask.long()
+        logits = (model or self.model)(input_ids=input_ids, attention_mask=mask).logits
         shifted, targets = shift_for_causal_lm(logits, input_ids)
         chunk = self.logit_chunk_size
         logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,

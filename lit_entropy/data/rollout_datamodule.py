@@ -283,17 +283,15 @@ def build_batch(
             resp_starts.append(len(p))
             lps.append(g.logprobs)
     width = max(len(r) for r in rows)
-    B = len(rows)
-    input_ids = torch.full((B, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((B, width), dtype=torch.bool)
-    response = torch.zeros((B, width), dtype=torch.bool)
-    sampler_logp = torch.zeros((B, width), dtype=torch.float32)
-    for i, (r, s, lp) in enumerate(zip(rows, resp_starts, lps, strict=True)):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention[i, : len(r)] = True
-        response[i, s : len(r)] = True
-        if lp:
-            sampler_logp[i, s : len(r)] = torch.tensor(lp, dtype=torch.float32)
+    # Padded Python lists, then one tensor each (a tensor per row is most of the cost at 1,024 rows).
+    input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+    lengths = torch.tensor([len(r) for r in rows])
+    starts = torch.tensor(resp_starts)
+    cols = torch.arange(width)
+    attention = cols[None, :] < lengths[:, None]
+    response = attention & (cols[None, :] >= starts[:, None])
+    sampler_logp = torch.tensor([[0.0] * s + (lp or [0.0] * (len(r) - s)) + [0.0] * (width - len(r))
+                                 for r, s, lp in zip(rows, resp_starts, lps, strict=True)], dtype=torch.float32)
     group_index = torch.arange(len(prompt_ids)).repeat_interleave(group_size)
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attention, response_mask=response,

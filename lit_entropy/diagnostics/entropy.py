@@ -46,14 +46,17 @@ def _row_chunks(logits: Tensor, chunk_size: int):
         flat = logits.view(total, vocab)
     except RuntimeError:
         flat = None
+    if flat is None and length > 0:
+        # Whole sequences per chunk: a slice of the batch dimension copies into a flat [n, V] block
+        # in one go (element-wise index gathering costs more than the softmax at small vocabularies).
+        per = max(1, chunk_size // length)
+        for b in range(0, batch, per):
+            e = min(b + per, batch)
+            yield b * length, e * length, logits[b:e].reshape((e - b) * length, vocab)
+        return
     for start in range(0, total, chunk_size):
         end = min(start + chunk_size, total)
-        if flat is not None:
-            rows = flat[start:end]
-        else:
-            idx = torch.arange(start, end, device=logits.device)
-            rows = logits[idx // length, idx % length]
-        yield start, end, rows
+        yield start, end, (flat if flat is not None else logits.reshape(total, vocab))[start:end]
 
 
 class _ChunkedLogpEntropy(torch.autograd.Function):

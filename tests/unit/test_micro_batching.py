@@ -90,3 +90,22 @@ def test_micro_batches_run_longest_first_and_are_cut_to_their_longest_row():
     module._no_grad_pass(mb["input_ids"], mb["attention_mask"], with_entropy=True)
     lengths = sorted(mb["attention_mask"].sum(-1).tolist(), reverse=True)
     assert shapes == [(3, lengths[0]), (3, lengths[3]), (3, lengths[6]), (1, lengths[9])]
+
+
+def test_right_padded_rows_skip_the_attention_mask_with_the_same_results():
+    module = make_module(micro_batch_size=B)
+    mb = make_minibatch(module)
+    ids, attn = mb["input_ids"], mb["attention_mask"]
+    with torch.no_grad():
+        logits = module.model(input_ids=ids, attention_mask=attn.long()).logits  # the masked reference
+        ref = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        logp, _ = module.token_stats(ids, attn)
+    used = attn[:, 1:]
+    assert torch.allclose(logp[:, 1:][used], ref[used], atol=1e-5)
+    left_padded = torch.flip(attn, dims=[1])  # not right-padded: the mask must be passed on
+    calls = []
+    forward = module.model.forward
+    module.model.forward = lambda **kw: calls.append(kw["attention_mask"]) or forward(**kw)
+    module.token_stats(ids, attn)
+    module.token_stats(ids, left_padded)
+    assert calls[0] is None and calls[1] is not None
