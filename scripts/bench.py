@@ -257,13 +257,16 @@ def main() -> None:
         report["results"]["generate"] = bench_generate(s, args.cache_dir)
     report["total_s"] = time.perf_counter() - t0
 
-    out = Path(args.out)
+    write_report(report, markdown(report), Path(args.out), "bench")
+
+
+def write_report(report: dict, md: str, out: Path, stem: str) -> None:
+    """``OUT/<stem>.json`` (the raw report) and ``OUT/<stem>.md`` (the tables, also printed)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
-    md = markdown(report)
-    (out / "bench.md").write_text(md)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(md)
     print(md)
-    print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
+    print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import fmt, machine_info, version
+from bench import fmt, machine_info, version, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("ours", "trl")
@@ -265,12 +265,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def write(report: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "vs_trl.json").write_text(json.dumps(report, indent=2) + "\n")
-    md = markdown(report)
-    (out / "vs_trl.md").write_text(md)
-    print(md)
-    print(f"wrote {out / 'vs_trl.json'} and {out / 'vs_trl.md'}")
+    write_report(report, markdown(report), out, "vs_trl")
 
 
 if __name__ == "__main__":
