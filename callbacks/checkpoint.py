@@ -86,6 +86,10 @@ class IterationCheckpoint(ModelCheckpoint):
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking:
             return
         done = trainer.current_epoch
+        if done == 0 and _sharded_without_optimizer_state(trainer):
+            # FSDP2's full optimizer state dict "initialises" an empty optimizer with a zero-gradient step,
+            # which advances Adam's step count: saving before the first update would change the run.
+            return
         if done % self._every_n_epochs == 0 and done != self._saved_boundary:
             self.save_boundary(trainer)
 
@@ -173,3 +177,10 @@ class IterationCheckpoint(ModelCheckpoint):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return  # where the old run wrote is not this run's business; the loops hold the progress
+
+
+def _sharded_without_optimizer_state(trainer: pl.Trainer) -> bool:
+    """FSDP2-sharded parameters and an optimizer that has not stepped yet."""
+    module = trainer.lightning_module
+    sharded = any(type(p).__name__ == "DTensor" for p in module.parameters())
+    return sharded and not any(opt.state for opt in trainer.optimizers)
