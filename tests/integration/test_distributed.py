@@ -72,7 +72,7 @@ def load(run: Path, config: str, rank: int) -> dict:
 
 
 def controller_state(record: dict) -> dict:
-    return {k: v for k, v in record["controllers"].items() if k != "ModelCheckpoint"}  # dirpath differs
+    return {k: v for k, v in record["controllers"].items() if "Checkpoint" not in k}  # dirpath differs
 
 
 def nearly_equal(a, b, tol: float = 1e-6) -> bool:
