@@ -339,7 +339,9 @@ class RewardRunner:
     def _run_round(
         self, indices: list[int], calls: list[tuple], results: list[_Result | None]
     ) -> tuple[list[int], list[int]]:
-        """Run `indices` on the pool, filling `results`. Returns (broken-pool calls, calls to re-run)."""
+        """Run `indices` on the pool, filling `results`. Returns (calls to re-run alone, calls to re-run):
+        the first are the unfinished calls of a chunk that broke the pool or failed as a whole (e.g. one
+        unpicklable reference), so the call at fault is found without failing its neighbours."""
         pool = self._get_pool()
         self._round += 1
         chunks = self._chunks(indices)
@@ -347,12 +349,14 @@ class RewardRunner:
         finished = [0] * len(chunks)  # calls of each chunk reported done (they finish in order)
         started: set[int] = set()
         broken: list[int] = []
+        pool_broke = False
         try:
             for cid, chunk in enumerate(chunks):
                 task = (self._round, cid)
                 futures[pool.submit(_invoke_chunk, self.fn, self.fn_kwargs, task, [calls[i] for i in chunk])] = cid
         except BrokenProcessPool:
             broken = [i for cid in range(len(futures), len(chunks)) for i in chunks[cid]]
+            pool_broke = True
 
         def drain(timeout: float) -> bool:
             """Read progress messages; True when a call finished."""
@@ -389,9 +393,12 @@ class RewardRunner:
                 except BrokenProcessPool:
                     drain(0.05)  # keep what the dead worker reported before it died
                     broken.extend(chunks[cid][finished[cid] :])
-                except Exception:  # e.g. an unpicklable reference: the unreported calls are errors
-                    for i in chunks[cid][finished[cid] :]:
-                        results[i] = (_ERROR, 0.0)
+                    pool_broke = True
+                except Exception:  # e.g. an unpicklable reference: alone, the call at fault is an error
+                    if len(chunks[cid]) == 1:
+                        results[chunks[cid][0]] = (_ERROR, 0.0)
+                    else:
+                        broken.extend(chunks[cid][finished[cid] :])
             if pending and time.monotonic() - last_progress > self.timeout_s:
                 # No call finished for timeout_s: the call each busy worker is on is hung.
                 running = sorted(futures[f] for f in pending if futures[f] in started)
@@ -402,6 +409,6 @@ class RewardRunner:
                 self._kill_pool()
                 rerun = [i for f in pending for i in chunks[futures[f]][finished[futures[f]] :] if i not in hung]
                 return broken, sorted(rerun)
-        if broken:
+        if pool_broke:
             self._kill_pool()
         return broken, []

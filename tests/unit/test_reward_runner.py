@@ -169,3 +169,13 @@ def test_start_launches_the_pool_without_waiting_and_score_uses_it():
         pool = runner._pool
         assert runner.score(["p", "p"], ["ab", "abc"])[0] == [2.0, 3.0]
         assert runner._pool is pool and runner._starting is None
+
+
+def test_one_unpicklable_reference_fails_only_its_own_call():
+    import threading
+
+    refs = [None, None, threading.Lock(), None, None]  # a lock cannot be sent to a worker
+    with RewardRunner(rf.length_reward, num_workers=1, chunk_size=5) as runner:
+        rewards, stats = runner.score(["p"] * 5, ["a", "bb", "ccc", "dddd", "eeeee"], refs)
+    assert rewards == [1.0, 2.0, 0.0, 4.0, 5.0]
+    assert stats == RewardStats(calls=5, errors=1, timeouts=0, non_finite=0)
