@@ -29,6 +29,7 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy import advantages as adv
+from lit_entropy import prefix
 from lit_entropy.algo import AlgoConfig, OptimConfig
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.diagnostics.discriminator import token_scores
@@ -50,11 +51,14 @@ class PolicyModule(pl.LightningModule):
         num_text_samples: int = 4,
         uniform_entropy_tol: float | None = 1e-3,
         max_logp_mismatch_mean: float | None = 1.0,
+        share_prompts: bool = True,
     ) -> None:
         """``uniform_entropy_tol``: stop the run when ``rollout/entropy`` is within this of log(vocabulary)
         — a policy collapsed to uniform (e.g. a far too large learning rate) produces no NaN, only noise.
         ``max_logp_mismatch_mean``: stop when the sampler's and the trainer's log-probs differ by more than
-        this on average (nats) — the engine is not sampling from the trained weights. None turns either off."""
+        this on average (nats) — the engine is not sampling from the trained weights. None turns either off.
+        ``share_prompts``: run each group's prompt once and its completions on the prompt's cached keys and
+        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole."""
         super().__init__()
         self.model = policy.model
         self.model.train()  # from_pretrained hands it over in eval mode
@@ -67,6 +71,7 @@ class PolicyModule(pl.LightningModule):
         self.num_text_samples = num_text_samples
         self.uniform_entropy_tol = uniform_entropy_tol
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
+        self.share_prompts = share_prompts and prefix.supports_prompt_cache(self.model)
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them).
         self.eps_low = self.algo.eps_low
@@ -110,9 +115,35 @@ class PolicyModule(pl.LightningModule):
             out = (*out, align_to_input(S), align_to_input(N))
         return out
 
+    def response_stats(
+        self, cache: prefix.PromptCache, layout: prefix.PromptLayout, input_ids: torch.Tensor, rows: torch.Tensor,
+        response_width: int, width: int, with_entropy: bool = True, with_scores: bool = False,
+        model: torch.nn.Module | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """``token_stats`` of ``rows`` run on their prompts' cache (:mod:`lit_entropy.prefix`), [len(rows), width]."""
+        shifted, targets, _ = prefix.response_logits(model or self.model, cache, layout.prompt_id, input_ids,
+                                                     layout, rows, response_width)
+        chunk = self.logit_chunk_size
+        logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
+                                               with_entropy=with_entropy)
+        out = [logp] + ([ent] if ent is not None else [])
+        if with_scores:
+            out += token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
+        out = [prefix.to_rows(v, layout, rows, width) for v in out]
+        return (out[0], out[1] if with_entropy else None, *out[1 + with_entropy:])
+
+    def prompt_layout(self, fields: dict[str, torch.Tensor] | RolloutBatch) -> prefix.PromptLayout | None:
+        """The rows' shared-prompt layout when ``share_prompts`` is on and it saves work, else None."""
+        get = fields.get if isinstance(fields, dict) else lambda k: getattr(fields, k, None)
+        if not self.share_prompts or get("response_mask") is None:
+            return None
+        layout = prefix.prompt_layout(get("input_ids"), get("attention_mask"), get("response_mask"),
+                                      get("group_index"))
+        return layout if layout is not None and layout.worthwhile() else None
+
     @torch.no_grad()
     def _no_grad_pass(self, input_ids, attention_mask, model: torch.nn.Module | None = None,
-                      **kw) -> list[torch.Tensor]:
+                      layout: prefix.PromptLayout | None = None, **kw) -> list[torch.Tensor]:
         """``token_stats`` over micro-batches in eval mode, outputs on the CPU in the rows' order.
 
         Rows run longest first, each micro-batch cut to its longest row (right padding only: what
@@ -121,19 +152,39 @@ class PolicyModule(pl.LightningModule):
         the ranks (:func:`~lit_entropy.utils.dist.micro_batches`) and the results all-gathered, so
         every rank gets what one rank computes, bitwise; every rank runs the same number of forwards
         (FSDP2's forward is a collective), repeating row 0 where it has none left.
+
+        With a ``layout`` every rank first encodes all distinct prompts (in chunks of ``micro_batch_size``),
+        then the micro-batches, longest response first, run on that cache; outputs are zero off the response.
         """
         model = model or self.model
         was_training = model.training
         model.eval()
         t0 = time.perf_counter()
         parts: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
-        lengths = attention_mask.sum(-1)
-        for rows, padding, width in dist.micro_batches(input_ids.shape[0], self.algo.micro_batch_size, lengths):
+        step = self.algo.micro_batch_size
+        if layout is not None:
+            ids = input_ids.to(self.device)
+            layout = prefix.PromptLayout(*(t.to(self.device) for t in vars(layout).values()))
+            total = layout.prompt_len + layout.response_len
+            prompts = torch.arange(layout.num_prompts, device=self.device)
+            width = int(layout.prompt_len.max())
+            with self._precision_context():
+                cache = prefix.concat_caches([prefix.encode_prompts(model, ids, layout, prompts[k:k + step], width)
+                                              for k in range(0, layout.num_prompts, step)])
+            lengths = layout.response_len
+        else:
+            lengths = attention_mask.sum(-1)
+        for rows, padding, width in dist.micro_batches(input_ids.shape[0], step, lengths):
             with self._precision_context():  # the update's autocast: the first ratio is exactly 1
-                out = self.token_stats(input_ids[rows, :width].to(self.device),
-                                       attention_mask[rows, :width].to(self.device), model=model, **kw)
+                if layout is not None:
+                    rows = rows.to(self.device)
+                    out = self.response_stats(cache, layout, ids, rows, width, int(total[rows].max()),
+                                              model=model, **kw)
+                else:
+                    out = self.token_stats(input_ids[rows, :width].to(self.device),
+                                           attention_mask[rows, :width].to(self.device), model=model, **kw)
             if not padding:
-                parts.append((rows, [o.cpu() for o in out if o is not None]))
+                parts.append((rows.cpu(), [o.cpu() for o in out if o is not None]))
         self.time_forward += time.perf_counter() - t0
         model.train(was_training)
         return dist.gather_scattered_rows(parts, tuple(input_ids.shape))
@@ -148,16 +199,19 @@ class PolicyModule(pl.LightningModule):
         """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
         scores = self.want_scores or self.algo.selection in ("clip_b", "clip_v")
-        out = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=True, with_scores=scores)
+        layout = self.prompt_layout(batch)
+        out = self._no_grad_pass(batch.input_ids, batch.attention_mask, layout=layout, with_entropy=True,
+                                 with_scores=scores)
         batch.old_logp, batch.entropy = out[0], out[1]
         if scores:
             batch.disc_s, batch.disc_n = out[2], out[3]
         if self.ref_model is not None:
             batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False,
-                                                model=self.ref_model)[0]
+                                                model=self.ref_model, layout=layout)[0]
         elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
             with self.model.disable_adapter():
-                batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False)[0]
+                batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False,
+                                                    layout=layout)[0]
         resp = batch.response_mask
         finite = torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()
         if not finite:
@@ -206,9 +260,10 @@ class PolicyModule(pl.LightningModule):
         if minibatch["input_ids"].shape[0] == 0:  # a rollout hook rejected every row: nothing to learn
             return torch.zeros((), device=self.device)
         knobs = self.knobs()
+        layout = self.prompt_layout(minibatch)
         current = None
         if needs_current_logp(self.algo):
-            current = self._no_grad_pass(minibatch["input_ids"], minibatch["attention_mask"],
+            current = self._no_grad_pass(minibatch["input_ids"], minibatch["attention_mask"], layout=layout,
                                          with_entropy=False)[0].to(self.device)
         sel = select_tokens(self.algo, minibatch, knobs, current, self.selection_generator)
         need_entropy_grad = knobs.entropy_coef > 0
@@ -218,14 +273,25 @@ class PolicyModule(pl.LightningModule):
         world = dist.world_size()
         t0 = time.perf_counter()
         lengths = minibatch["attention_mask"].sum(-1)
+        if layout is not None:  # every rank encodes the minibatch's prompts once; micro-batches run on the cache
+            prompts_cache = prefix.encode_prompts(self.model, minibatch["input_ids"], layout,
+                                                  torch.arange(layout.num_prompts, device=self.device))
+            cache = prompts_cache.detached()
+            response_lengths = layout.response_len
         # This rank's share of the micro-batches (rows longest first, each cut to its longest row; the
         # same micro-batches on any number of ranks); padding micro-batches keep the collectives in step.
-        for rows, padding, width in dist.micro_batches(n, step, lengths):
-            mb = dist.take_rows(minibatch, rows, width)
-            logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
+        for rows, padding, width in dist.micro_batches(n, step, lengths if layout is None else response_lengths):
+            if layout is None:
+                mb = dist.take_rows(minibatch, rows, width)
+                logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
+            else:
+                rows = rows.to(self.device)
+                full = int(lengths[rows].max())
+                mb = dist.take_rows(minibatch, rows, full)
+                logp, ent = self.response_stats(cache, layout, minibatch["input_ids"], rows, width, full)
             if not need_entropy_grad:
                 ent = ent.detach()
-            loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows, width), logp, ent)
+            loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows, mb["input_ids"].shape[1]), logp, ent)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
@@ -235,6 +301,10 @@ class PolicyModule(pl.LightningModule):
             loss_total += loss.detach()
             for key, v in stats.items():
                 sums[key] = sums.get(key, 0) + v
+        if layout is not None:  # the prompt pass's share of the gradient, back-propagated once
+            surrogate = prompts_cache.surrogate(cache, scale=self._loss_scale())
+            if surrogate.requires_grad:
+                self.manual_backward(surrogate)
         if world > 1:  # the same keys on every rank, even one that ran only padding
             keys = ["pg_loss", "entropy", "clip_low", "clip_high", "ratio", "tokens"]
             keys += ["kl"] if "ref_logp" in minibatch else []
@@ -262,6 +332,11 @@ class PolicyModule(pl.LightningModule):
         self.log("train/loss_epoch", loss_total, on_step=False, on_epoch=True, batch_size=n, prog_bar=True,
                  sync_dist=True)
         return loss_total
+
+    def _loss_scale(self) -> float:
+        """The factor ``manual_backward`` multiplies losses by (fp16's loss scaler), 1 otherwise."""
+        scaler = getattr(self._trainer.precision_plugin, "scaler", None) if self._trainer is not None else None
+        return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
 
     def _clip_and_step(self, opt, sched) -> torch.Tensor:
         opt.step()  # runs on_before_optimizer_step (norm, clipping) after any fp16 unscaling

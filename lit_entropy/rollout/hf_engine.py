@@ -17,15 +17,20 @@ import random
 
 import torch
 
+from lit_entropy import prefix
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, model_path: str, eos_id: int, pad_id: int, prompts_per_chunk: int = 64, **_: object) -> None:
+    def __init__(self, model_path: str, eos_id: int, pad_id: int, prompts_per_chunk: int = 64,
+                 share_prefill: bool = True, **_: object) -> None:
+        """``share_prefill``: run each prompt's prefill once and copy its cache to its ``n`` samples (HF models
+        whose forward takes a cache; others prefill every row)."""
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.prompts_per_chunk = prompts_per_chunk
+        self.share_prefill = share_prefill
         self.model: torch.nn.Module | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -66,11 +71,13 @@ class HFEngine(RolloutEngine):
         return result
 
     def _generate_chunk(self, model, chunk, n, sampling, gen, device) -> list[list[Generation]]:
-        rows = [p for p in chunk for _ in range(n)]
-        width = max(len(r) for r in rows)
+        width = max(len(p) for p in chunk)
         # Left-pad so every row's next token sits at the same position.
-        ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows], device=device)
-        attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in chunk], device=device)
+        attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
+        share = n > 1 and width > 1 and self.share_prefill and prefix.supports_prompt_cache(model)
+        past = self._shared_prefill(model, ids, attn, n) if share else None
+        ids, attn = ids.repeat_interleave(n, 0), attn.repeat_interleave(n, 0)
         with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
             out = model.generate(
@@ -85,20 +92,26 @@ class HFEngine(RolloutEngine):
                 pad_token_id=self.pad_id,
                 output_scores=True,
                 return_dict_in_generate=True,
+                past_key_values=past,
             )
         new = out.sequences[:, width:]
         # `scores` are the processed logits (after temperature / top-p): the sampling distribution.
         logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
         chosen = logp.gather(-1, new[:, :, None]).squeeze(-1)
         gens = []
-        for i in range(len(rows)):
-            toks = new[i].tolist()
+        for toks, lps in zip(new.tolist(), chosen.tolist(), strict=True):  # two conversions, not two per row
             length = toks.index(self.eos_id) + 1 if self.eos_id in toks else len(toks)
-            gens.append(
-                Generation(
-                    token_ids=toks[:length],
-                    logprobs=chosen[i, :length].tolist(),
-                    truncated=self.eos_id not in toks[:length],
-                )
-            )
+            gens.append(Generation(token_ids=toks[:length], logprobs=lps[:length],
+                                   truncated=self.eos_id not in toks[:length]))
         return [gens[k * n : (k + 1) * n] for k in range(len(chunk))]
+
+    @staticmethod
+    def _shared_prefill(model, ids: torch.Tensor, attn: torch.Tensor, n: int):
+        """The prompts' cache (all but the last column), computed once per prompt and repeated for its ``n``
+        samples: ``generate`` then prefills only the last column instead of every prompt ``n`` times."""
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions[:, :-1],
+                    use_cache=True, logits_to_keep=1)
+        keys, values = prefix.cache_tensors(out.past_key_values)
+        return prefix.build_cache(prefix.model_config(model), [k.repeat_interleave(n, 0) for k in keys],
+                                  [v.repeat_interleave(n, 0) for v in values])
