@@ -20,11 +20,17 @@ rollout and controller step. Resuming it runs exactly the iterations that were n
 
 Every file is written under a temporary name, fsynced and renamed (:func:`lit_entropy.checkpointing.atomic_write`).
 The global RNG states (Python, NumPy, torch) go into the checkpoint and are restored at the boundary.
+
+With ``async_write`` (one process only) the boundary's state is copied at the boundary and written by a
+background thread while the next iteration runs; the next save, the end of training and a failure wait
+for it. A process killed mid-write leaves the previous ``last.ckpt``, one iteration older.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +60,10 @@ class IterationCheckpoint(ModelCheckpoint):
     EXCEPTION = "exception.ckpt"
 
     def __init__(self, dirpath: str, every_n_epochs: int = 1, keep_iterations: bool = False,
-                 save_on_exception: bool = True) -> None:
+                 save_on_exception: bool = True, async_write: bool = True) -> None:
         """``every_n_epochs``: iterations between boundary checkpoints (a crash recomputes fewer than that).
-        ``keep_iterations``: also keep ``iteration-NNNN.ckpt`` for every boundary saved."""
+        ``keep_iterations``: also keep ``iteration-NNNN.ckpt`` for every boundary saved.
+        ``async_write``: write boundary checkpoints in a background thread (one process only)."""
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
             raise ValueError(f"callbacks.checkpoint.every_n_epochs={every_n_epochs!r} must be an integer >= 1")
         super().__init__(dirpath=dirpath, save_last=True, save_top_k=0, every_n_epochs=every_n_epochs,
@@ -66,6 +73,9 @@ class IterationCheckpoint(ModelCheckpoint):
         self._saved_boundary: int | None = None  # iteration count of the last boundary written
         self._pending_rng: dict[str, Any] | None = None
         self._meta: dict[str, Any] = {}
+        self.async_write = async_write
+        self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
 
     # ---- Lightning's save points are not iteration boundaries: none of them saves -----------------
     def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
@@ -96,6 +106,13 @@ class IterationCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.current_epoch != self._saved_boundary:
             self.save_boundary(trainer)
+        self.wait()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        try:
+            self.wait()
+        except BaseException as err:  # noqa: B036 - reported; a teardown must not mask the run's own outcome
+            log.error("%s", err)
 
     def save_boundary(self, trainer: pl.Trainer) -> None:
         """``last.ckpt`` (and ``iteration-NNNN.ckpt``) holding the state after ``current_epoch`` iterations."""
@@ -104,20 +121,58 @@ class IterationCheckpoint(ModelCheckpoint):
         last = Path(self.dirpath) / self.LAST
         self._meta = {"kind": "iteration", "iteration": done}
         self.last_model_path = str(last)
-        self._write(trainer, last)
-        if self.keep_iterations and trainer.is_global_zero:
-            link_or_copy(last, Path(self.dirpath) / f"iteration-{done:04d}.ckpt")
+        keep = Path(self.dirpath) / f"iteration-{done:04d}.ckpt" if self.keep_iterations else None
+        self.wait()
+        if self.async_write and trainer.world_size == 1:
+            self._write_in_background(trainer, last, keep)
+        else:
+            self._write(trainer, last)
+            if keep is not None and trainer.is_global_zero:
+                link_or_copy(last, keep)
         trainer.strategy.barrier("IterationCheckpoint")
         self._saved_boundary = done
+
+    def wait(self) -> None:
+        """Wait for a background write; raise its error, if any."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        err, self._writer_error = self._writer_error, None
+        if err is not None:
+            raise err
+
+    def _write_in_background(self, trainer: pl.Trainer, path: Path, keep: Path | None) -> None:
+        """Copy the state now (tensors included: the next update changes them in place), write it in a thread."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint = copy.deepcopy(trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only))
+        io = trainer.strategy.checkpoint_io
+
+        def write() -> None:
+            try:
+                atomic_write(path, lambda tmp: io.save_checkpoint(checkpoint, tmp))
+                if keep is not None:
+                    link_or_copy(path, keep)
+            except BaseException as err:  # noqa: B036 - handed to the main thread by wait()
+                self._writer_error = err
+
+        self._writer = threading.Thread(target=write, name="IterationCheckpoint", daemon=True)
+        self._writer.start()
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = str(path)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """``exception.ckpt``: the state when ``fit`` failed (never raises; the original error matters)."""
         if self.dirpath is None:
             return
+        try:
+            self.wait()  # the last boundary's background write completes first
+        except BaseException as err:  # noqa: B036
+            log.error("%s", err)
         progress = trainer.fit_loop.epoch_progress.current
         if isinstance(exception, SIGTERMException) and progress.ready == progress.completed:
             try:  # Lightning stops on SIGTERM after an epoch: that is a boundary
                 self.save_boundary(trainer)
+                self.wait()
             except BaseException as err:  # noqa: B036
                 log.error("could not write %s after SIGTERM: %s", self.LAST, err)
             return
