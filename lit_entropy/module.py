@@ -9,6 +9,8 @@ Knobs the loss reads every step, and which entropy controllers may change: ``eps
 ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
 
 Micro-batches take rows longest first and are cut to their longest row (no compute on padding).
+With ``share_prompts`` each group's prompt runs once and its completions run on the prompt's cached keys
+and values (:mod:`lit_entropy.prefix`); the update back-propagates the prompt pass once per optimizer step.
 On W ranks (DDP or FSDP2) every rank holds the same rollout batch and the same minibatches; the
 micro-batches, which do not depend on W, are dealt out to the ranks. Passes without gradient
 all-gather their results; each optimizer step normalises with the whole minibatch's counts, runs the
@@ -37,6 +39,7 @@ from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm,
 from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, needs_current_logp, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
+from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
 
 
@@ -361,24 +364,11 @@ class PolicyModule(pl.LightningModule):
                                 gradient_clip_algorithm="norm")
 
     def configure_model(self) -> None:
-        """FSDP2 (``trainer=fsdp``): ``fully_shard`` each decoder layer, then the whole policy.
-
-        Lightning's ``ModelParallelStrategy`` calls this with its device mesh; other strategies leave
-        the model as it is.
-        """
+        """FSDP2 (``trainer=fsdp``): Lightning's ``ModelParallelStrategy`` calls this with its device mesh;
+        other strategies leave the model as it is (:func:`lit_entropy.strategies.fully_shard_policy`)."""
         mesh = getattr(self, "_device_mesh", None)
-        if mesh is None or any(dist.is_dtensor(p) for p in self.model.parameters()):
-            return
-        from torch.distributed.fsdp import fully_shard
-
-        if is_peft(self.model):
-            raise ValueError("model.lora with trainer=fsdp is not supported yet: use trainer=ddp, or full fine-tuning")
-        dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
-        if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names and mesh["tensor_parallel"].size() > 1:
-            raise ValueError("trainer=fsdp shards data-parallel only: set tensor_parallel_size=1")
-        for layer in decoder_layers(self.model):
-            fully_shard(layer, mesh=dp_mesh)
-        fully_shard(self.model, mesh=dp_mesh)
+        if mesh is not None and not any(dist.is_dtensor(p) for p in self.model.parameters()):
+            fully_shard_policy(self.model, mesh)
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
@@ -434,9 +424,3 @@ class PolicyModule(pl.LightningModule):
             a = float(batch.advantages[i]) if batch.advantages is not None else float("nan")
             lines.append(f"| `{batch.prompts[i]}` | `{comp}` | {float(batch.rewards[i]):.2f} | {a:+.2f} |")
         experiment.add_text("rollout/samples", "\n".join(lines), global_step=self.current_epoch)
-
-
-def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated blocks of a causal LM (the largest ``ModuleList``): FSDP2's unit of sharding."""
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return list(max(lists, key=len)) if lists else []

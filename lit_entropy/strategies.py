@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
+
+from lit_entropy.lora import is_peft
 
 
 class FSDP2Strategy(ModelParallelStrategy):
@@ -26,3 +29,23 @@ class FSDP2Strategy(ModelParallelStrategy):
         self._data_parallel_size = self.num_processes * self.num_nodes
         self._tensor_parallel_size = 1
         super().setup_environment()
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks of a causal LM (the largest ``ModuleList``): FSDP2's unit of sharding."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
+def fully_shard_policy(model: torch.nn.Module, mesh: Any) -> None:
+    """``fully_shard`` each decoder layer of ``model``, then the whole model, over the data-parallel mesh."""
+    from torch.distributed.fsdp import fully_shard
+
+    if is_peft(model):
+        raise ValueError("model.lora with trainer=fsdp is not supported yet: use trainer=ddp, or full fine-tuning")
+    dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
+    if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names and mesh["tensor_parallel"].size() > 1:
+        raise ValueError("trainer=fsdp shards data-parallel only: set tensor_parallel_size=1")
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
