@@ -277,8 +277,10 @@ class PolicyModule(pl.LightningModule):
         t0 = time.perf_counter()
         lengths = minibatch["attention_mask"].sum(-1)
         if layout is not None:  # every rank encodes the minibatch's prompts once; micro-batches run on the cache
-            prompts_cache = prefix.encode_prompts(self.model, minibatch["input_ids"], layout,
-                                                  torch.arange(layout.num_prompts, device=self.device))
+            prompt_width, chunks = int(layout.prompt_len.max()), self.prompt_chunks(layout, int(lengths.max()))
+            with torch.set_grad_enabled(len(chunks) == 1):  # more: recomputed with gradient chunk by chunk
+                prompts_cache = prefix.concat_caches([
+                    prefix.encode_prompts(self.model, minibatch["input_ids"], layout, c, prompt_width) for c in chunks])
             cache = prompts_cache.detached()
             response_lengths = layout.response_len
         # This rank's share of the micro-batches (rows longest first, each cut to its longest row; the
@@ -305,9 +307,14 @@ class PolicyModule(pl.LightningModule):
             for key, v in stats.items():
                 sums[key] = sums.get(key, 0) + v
         if layout is not None:  # the prompt pass's share of the gradient, back-propagated once
-            surrogate = prompts_cache.surrogate(cache, scale=self._loss_scale())
-            if surrogate.requires_grad:
-                self.manual_backward(surrogate)
+            start = 0
+            for c in chunks:
+                part = prompts_cache if len(chunks) == 1 else prefix.encode_prompts(
+                    self.model, minibatch["input_ids"], layout, c, prompt_width)
+                surrogate = part.surrogate(cache, self._loss_scale(), rows=slice(start, start + len(c)))
+                start += len(c)
+                if surrogate.requires_grad:
+                    self.manual_backward(surrogate)
         if world > 1:  # the same keys on every rank, even one that ran only padding
             keys = ["pg_loss", "entropy", "clip_low", "clip_high", "ratio", "tokens"]
             keys += ["kl"] if "ref_logp" in minibatch else []
@@ -335,6 +342,13 @@ class PolicyModule(pl.LightningModule):
         self.log("train/loss_epoch", loss_total, on_step=False, on_epoch=True, batch_size=n, prog_bar=True,
                  sync_dist=True)
         return loss_total
+
+    def prompt_chunks(self, layout: prefix.PromptLayout, row_width: int) -> list[torch.Tensor]:
+        """The update's prompt pass in chunks of at most one micro-batch's tokens (``micro_batch_size`` rows of
+        ``row_width``), so its activations never exceed a micro-batch's. One chunk keeps its graph until the
+        step's prompt backward; several are encoded without gradient and recomputed one by one there."""
+        per = max(1, self.algo.micro_batch_size * row_width // max(1, int(layout.prompt_len.max())))
+        return list(torch.arange(layout.num_prompts, device=self.device).split(per))
 
     def _loss_scale(self) -> float:
         """The factor ``manual_backward`` multiplies losses by (fp16's loss scaler), 1 otherwise."""

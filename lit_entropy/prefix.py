@@ -12,7 +12,9 @@ like with like.
 Gradients: the update computes its minibatch's prompt cache once with gradient, hands the micro-batches
 detached copies (:meth:`PromptCache.detached`) that collect the gradient of every micro-batch's loss, and
 then back-propagates the prompt pass once (:meth:`PromptCache.surrogate`): the chain rule, without running
-the prompt pass's backward per micro-batch.
+the prompt pass's backward per micro-batch. Where the prompts hold more tokens than a micro-batch, the
+cache is computed without gradient and the prompt pass is recomputed with gradient chunk by chunk for
+that backward, so memory stays bounded by a micro-batch.
 
 Rows must look like ``[prompt][response][padding]`` (what the rollout builds); :func:`prompt_layout`
 checks this and that a group's rows share their prompt token for token, and returns ``None`` otherwise,
@@ -135,17 +137,20 @@ class PromptCache:
 
     def detached(self) -> PromptCache:
         """A copy whose tensors are leaves that collect gradients (for :meth:`surrogate`)."""
-        leaves = [t.detach().requires_grad_(t.requires_grad) for t in self.tensors()]
+        leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in self.tensors()]
         n = len(self.keys)
         return PromptCache(leaves[:n], leaves[n : 2 * n], leaves[-1], self.mask, self.prompt_len)
 
-    def surrogate(self, detached: PromptCache, scale: float = 1.0) -> Tensor:
-        """A scalar whose gradient is the prompt pass's share of the step gradient: Σ ⟨tensor, its gradient⟩
-        (gradients from ``detached``, divided by ``scale``, e.g. a loss scaler's factor applied again)."""
+    def surrogate(self, detached: PromptCache, scale: float = 1.0, rows: slice = slice(None)) -> Tensor:
+        """A scalar whose gradient is the prompt pass's share of the step gradient: Σ ⟨tensor, its gradient⟩.
+
+        The gradients are those ``detached`` collected, its prompts ``rows`` (this cache's prompts),
+        divided by ``scale`` (a loss scaler's factor, which the backward of the surrogate applies again).
+        """
         total = torch.zeros((), device=self.last_logits.device, dtype=torch.float32)
         for t, leaf in zip(self.tensors(), detached.tensors(), strict=True):
             if t.requires_grad:
-                grad = leaf.grad if leaf.grad is not None else torch.zeros_like(t)
+                grad = leaf.grad[rows] if leaf.grad is not None else torch.zeros_like(t)
                 total = total + (t.float() * (grad.float() / scale)).sum()
         return total
 

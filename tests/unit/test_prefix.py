@@ -124,8 +124,11 @@ def one_step_gradient(module: PolicyModule, rows: dict[str, torch.Tensor]) -> tu
 def test_update_gradient_matches_whole_rows(algo):
     rows = grouped_rows(20, 0)
     ref_loss, ref = one_step_gradient(make_module(False, **algo), rows)
-    for size in (3, 7, G * P):
-        loss, grads = one_step_gradient(make_module(True, micro_batch_size=size, **algo), rows)
+    for size in (1, 3, 7, G * P):
+        module = make_module(True, micro_batch_size=size, **algo)
+        chunks = module.prompt_chunks(module.prompt_layout(rows), L)
+        assert (len(chunks) > 1) == (size == 1)  # size 1: prompts recomputed with gradient chunk by chunk
+        loss, grads = one_step_gradient(module, rows)
         assert loss == pytest.approx(ref_loss, abs=1e-5)
         assert len(grads) == len(ref)
         for a, b in zip(grads, ref, strict=True):
