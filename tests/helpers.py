@@ -36,6 +36,19 @@ def small_rollout_batch(entropy: float, advantages: list[float], rewards: list[f
     return batch
 
 
+def step_gradient(module, minibatch: dict[str, torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
+    """Run ``module``'s real ``training_step`` on ``minibatch`` with the optimizer step replaced by a
+    gradient capture (no Trainer): the loss and every parameter's gradient."""
+    captured: list[torch.Tensor] = []
+    module.optimizers = lambda: torch.optim.SGD(module.parameters(), lr=0.0)
+    module.lr_schedulers = lambda: None
+    module.manual_backward = lambda loss: loss.backward()
+    module.log_dict = module.log = lambda *a, **k: None
+    module._clip_and_step = lambda opt, sched: captured.extend(
+        p.grad.clone() for p in module.parameters() if p.grad is not None) or torch.zeros(())
+    return float(module.training_step(minibatch, 0)), captured
+
+
 def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in every TensorBoard event file under ``run_dir``: tag -> [(step, value)]."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

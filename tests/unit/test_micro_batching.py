@@ -9,6 +9,7 @@ from lit_entropy.algo import AlgoConfig
 from lit_entropy.models import PolicyBundle, TinyArch, build_tiny_qwen2
 from lit_entropy.module import PolicyModule
 from lit_entropy.tokenizer import CharTokenizer
+from tests.helpers import step_gradient
 
 B, L = 10, 14
 
@@ -58,16 +59,7 @@ def test_no_grad_pass_matches_one_full_batch_on_every_used_position():
 def gradient_of_one_step(micro_batch_size: int, **algo) -> tuple[float, list[torch.Tensor]]:
     """Run the module's real ``training_step`` with the optimizer step replaced by a gradient capture."""
     module = make_module(micro_batch_size, **algo)
-    mb = make_minibatch(module)
-    captured: list[torch.Tensor] = []
-    module.optimizers = lambda: torch.optim.SGD(module.parameters(), lr=0.0)
-    module.lr_schedulers = lambda: None
-    module.manual_backward = lambda loss: loss.backward()
-    module.log_dict = module.log = lambda *a, **k: None
-    module._clip_and_step = lambda opt, sched: captured.extend(
-        p.grad.clone() for p in module.parameters() if p.grad is not None) or torch.zeros(())
-    loss = module.training_step(mb, 0)
-    return float(loss), captured
+    return step_gradient(module, make_minibatch(module))
 
 
 @pytest.mark.parametrize("algo", [{}, {"loss_agg": "seq-mean-token-mean"}, {"entropy_coef": 0.01}])

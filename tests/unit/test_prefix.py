@@ -12,6 +12,7 @@ from lit_entropy.module import PolicyModule
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.hf_engine import HFEngine
 from lit_entropy.tokenizer import CharTokenizer
+from tests.helpers import step_gradient
 
 G, P, L = 4, 5, 16  # completions per prompt, prompts, columns
 
@@ -101,7 +102,7 @@ def test_no_grad_pass_matches_whole_rows():
 
 
 def one_step_gradient(module: PolicyModule, rows: dict[str, torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
-    """The module's real ``training_step`` with the optimizer step replaced by a gradient capture."""
+    """Loss and gradients of the module's real ``training_step`` on ``rows`` with made-up old log-probs."""
     g = torch.Generator().manual_seed(1)
     B = rows["input_ids"].shape[0]
     with torch.no_grad():
@@ -110,14 +111,7 @@ def one_step_gradient(module: PolicyModule, rows: dict[str, torch.Tensor]) -> tu
     adv = torch.randn(B, generator=g)
     mb = {**rows, "old_logp": torch.where(resp, logp + 0.05 * torch.randn(logp.shape, generator=g), 0.0),
           "entropy": ent, "token_advantages": adv[:, None].expand_as(logp).clone(), "advantages": adv}
-    captured: list[torch.Tensor] = []
-    module.optimizers = lambda: torch.optim.SGD(module.parameters(), lr=0.0)
-    module.lr_schedulers = lambda: None
-    module.manual_backward = lambda loss: loss.backward()
-    module.log_dict = module.log = lambda *a, **k: None
-    module._clip_and_step = lambda opt, sched: captured.extend(
-        p.grad.clone() for p in module.parameters() if p.grad is not None) or torch.zeros(())
-    return float(module.training_step(mb, 0)), captured
+    return step_gradient(module, mb)
 
 
 @pytest.mark.parametrize("algo", [{}, {"entropy_coef": 0.01}, {"loss_agg": "seq-mean-token-mean"}])
