@@ -124,8 +124,7 @@ class PolicyModule(pl.LightningModule):
         model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """``token_stats`` of ``rows`` run on their prompts' cache (:mod:`lit_entropy.prefix`), [len(rows), width]."""
-        shifted, targets, _ = prefix.response_logits(model or self.model, cache, layout.prompt_id, input_ids,
-                                                     layout, rows, response_width)
+        shifted, targets = prefix.response_logits(model or self.model, cache, input_ids, layout, rows, response_width)
         chunk = self.logit_chunk_size
         logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
                                                with_entropy=with_entropy)

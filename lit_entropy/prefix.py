@@ -129,8 +129,6 @@ class PromptCache:
     """[P, V] logits at each prompt's last token: the prediction of its response's first token."""
     mask: Tensor
     """[P, Lp] int64, 1 on prompt tokens (left padding is 0)."""
-    prompt_len: Tensor
-    """[P] int64."""
 
     def tensors(self) -> list[Tensor]:
         return [*self.keys, *self.values, self.last_logits]
@@ -139,7 +137,7 @@ class PromptCache:
         """A copy whose tensors are leaves that collect gradients (for :meth:`surrogate`)."""
         leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in self.tensors()]
         n = len(self.keys)
-        return PromptCache(leaves[:n], leaves[n : 2 * n], leaves[-1], self.mask, self.prompt_len)
+        return PromptCache(leaves[:n], leaves[n : 2 * n], leaves[-1], self.mask)
 
     def surrogate(self, detached: PromptCache, scale: float = 1.0, rows: slice = slice(None)) -> Tensor:
         """A scalar whose gradient is the prompt pass's share of the step gradient: Σ ⟨tensor, its gradient⟩.
@@ -174,8 +172,7 @@ def encode_prompts(model: torch.nn.Module, input_ids: Tensor, layout: PromptLayo
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     keys, values = cache_tensors(out.past_key_values)
-    plen = layout.prompt_len[layout.prompt_rows[prompts]]
-    return PromptCache(keys, values, out.logits[:, -1], mask, plen)
+    return PromptCache(keys, values, out.logits[:, -1], mask)
 
 
 def concat_caches(caches: list[PromptCache]) -> PromptCache:
@@ -186,18 +183,17 @@ def concat_caches(caches: list[PromptCache]) -> PromptCache:
     n = len(caches[0].keys)
     return PromptCache([cat([c.keys[i] for c in caches]) for i in range(n)],
                        [cat([c.values[i] for c in caches]) for i in range(n)],
-                       cat([c.last_logits for c in caches]), cat([c.mask for c in caches]),
-                       cat([c.prompt_len for c in caches]))
+                       cat([c.last_logits for c in caches]), cat([c.mask for c in caches]))
 
 
-def response_logits(model: torch.nn.Module, cache: PromptCache, slots: Tensor, input_ids: Tensor,
-                    layout: PromptLayout, rows: Tensor, width: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Shifted logits [m, width, V] of ``rows``' response tokens, their targets [m, width] and mask [m, width].
+def response_logits(model: torch.nn.Module, cache: PromptCache, input_ids: Tensor, layout: PromptLayout,
+                    rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Shifted logits [m, width, V] of ``rows``' response tokens and their targets [m, width] (0 past a response).
 
-    ``slots[r]`` is the index in ``cache`` of row ``r``'s prompt; ``width`` >= the rows' longest response.
-    Column ``j`` is the prediction of response token ``j`` (from the prompt's last position for ``j = 0``).
+    ``cache`` holds all of ``layout``'s prompts in order; ``width`` >= the rows' longest response. Column ``j``
+    is the prediction of response token ``j`` (from the prompt's last position for ``j = 0``).
     """
-    slot = slots[rows]
+    slot = layout.prompt_id[rows]
     plen, rlen = layout.prompt_len[rows], layout.response_len[rows]
     cols = torch.arange(width, device=input_ids.device)[None]
     targets = input_ids[rows].gather(1, (plen[:, None] + cols).clamp(max=input_ids.shape[1] - 1))
@@ -207,7 +203,7 @@ def response_logits(model: torch.nn.Module, cache: PromptCache, slots: Tensor, i
     attn = torch.cat([cache.mask[slot], mask.long()], 1)
     out = model(input_ids=targets, attention_mask=attn, position_ids=plen[:, None] + cols, past_key_values=past)
     shifted = torch.cat([cache.last_logits[slot][:, None].to(out.logits.dtype), out.logits[:, :-1]], 1)
-    return shifted, targets, mask
+    return shifted, targets
 
 
 def to_rows(values: Tensor, layout: PromptLayout, rows: Tensor, width: int) -> Tensor:
