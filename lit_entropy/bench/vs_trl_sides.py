@@ -1,6 +1,7 @@
-"""One side of the lit-entropy vs TRL benchmark, in a fresh interpreter: ``python bench_trl_sides.py SPEC.json``.
+"""One side of the lit-entropy vs TRL benchmark, in a fresh interpreter:
+``python -m lit_entropy.bench.vs_trl_sides SPEC.json``.
 
-``scripts/bench_trl.py`` writes SPEC (side, setting, iterations, Hydra overrides, output path) and reads
+:mod:`lit_entropy.bench.vs_trl` writes SPEC (side, setting, iterations, Hydra overrides, output path) and reads
 back a JSON of per-iteration wall seconds, phase seconds and accuracy. Both sides are derived from the
 same composed Hydra config (``conf/train.yaml`` plus the overrides), so prompts, policy, sampling and
 optimizer settings cannot drift apart:
@@ -13,20 +14,19 @@ optimizer settings cannot drift apart:
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+from lit_entropy.bench.vs_trl_patches import apply_vllm_cpu_patches
 
-import json  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository: ``conf/`` is read from here."""
 
 
 def compose(overrides: list[str]) -> Any:
@@ -127,7 +127,7 @@ def run_ours(spec: dict) -> dict:
 
 # ---- TRL -------------------------------------------------------------------------------------------
 def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
-    """GRPOConfig keyword arguments matching the composed lit-entropy config (README of bench_trl.py)."""
+    """GRPOConfig keyword arguments matching the composed lit-entropy config (docs/bench_trl.md)."""
     d, a, o = cfg.data, cfg.algo, cfg.optim
     rows = d.prompts_per_iter * d.group_size
     minibatch, rem = divmod(rows, a.num_minibatches)
@@ -160,7 +160,6 @@ def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
 
 def run_trl(spec: dict) -> dict:
     import torch
-    from bench_trl_patches import apply_vllm_cpu_patches
     from datasets import Dataset
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -250,6 +249,8 @@ def run_trl(spec: dict) -> dict:
 
 
 def main() -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # set before anything imports vLLM
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     spec = json.loads(Path(sys.argv[1]).read_text())
     Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
     result = (run_ours if spec["side"] == "ours" else run_trl)(spec)

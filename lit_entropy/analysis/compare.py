@@ -1,0 +1,132 @@
+"""Chosen metrics overlaid across runs: one panel per metric, one line per run, plus a Markdown table.
+
+Per-iteration metrics (one value per RL iteration, e.g. ``rollout/*``) are drawn against the iteration
+(the logged ``epoch``), so runs with different numbers of optimizer steps per iteration line up;
+per-step metrics (``train/*``) against the optimizer step. The table holds, per run and metric, the
+final value and the best (the maximum, or the minimum for metrics whose name contains "loss" or
+"error"), computed on the raw, unsmoothed values.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from lit_entropy.analysis.runs import read_scalars, run_labels
+
+DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/response_len_mean"
+
+
+def lower_is_better(metric: str) -> bool:
+    name = metric.lower()
+    return "loss" in name or "error" in name
+
+
+def best(metric: str, values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return math.nan
+    return min(finite) if lower_is_better(metric) else max(finite)
+
+
+def against_iteration(points: list[tuple[int, float]], epoch_of: dict[int, float]) -> list[tuple[float, float]] | None:
+    """The points re-indexed by iteration when the metric has at most one value per iteration, else None."""
+    if not epoch_of or any(s not in epoch_of for s, _ in points):
+        return None
+    its = [epoch_of[s] for s, _ in points]
+    if len(set(its)) != len(its):
+        return None
+    return [(it, v) for it, (_, v) in zip(its, points, strict=True)]
+
+
+def moving_average(values: list[float], n: int) -> list[float]:
+    out, window, total = [], [], 0.0
+    for v in values:
+        window.append(v)
+        total += v
+        if len(window) > n:
+            total -= window.pop(0)
+        out.append(total / len(window))
+    return out
+
+
+def fmt(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:.4g}"
+
+
+def table(runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], metrics: list[str]) -> str:
+    head = ["run", "folder"] + [f"{m} {kind}" for m in metrics for kind in ("final", "best")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        cells = [labels[run].replace("|", "\\|"), run.name]
+        for m in metrics:
+            vals = [v for _, v in data[run].get(m, [])]
+            cells += [fmt(vals[-1]), fmt(best(m, vals))] if vals else ["—", "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], metrics: list[str],
+         smooth: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = 1 if len(metrics) == 1 else 2
+    nrows = math.ceil(len(metrics) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.6 * nrows + 0.4 + 0.25 * len(runs)),
+                             dpi=110, squeeze=False, layout="constrained")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    handles = {}
+    for k, metric in enumerate(metrics):
+        ax = axes[k // ncols][k % ncols]
+        x_names = set()
+        for i, run in enumerate(runs):
+            points = data[run].get(metric, [])
+            if not points:
+                continue
+            epoch_of = {s: v for s, v in data[run].get("epoch", [])}
+            by_it = against_iteration(points, epoch_of)
+            x_names.add("iteration" if by_it is not None else "step")
+            xy = by_it if by_it is not None else points
+            xs, ys = [p[0] for p in xy], [p[1] for p in xy]
+            c = colors[i % len(colors)]
+            if smooth > 1:
+                ax.plot(xs, ys, color=c, alpha=0.25, lw=0.8)
+                ys = moving_average(ys, smooth)
+            (line,) = ax.plot(xs, ys, color=c, lw=1.5)
+            handles.setdefault(labels[run], line)
+        ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else ""), fontsize=10)
+        ax.set_xlabel(" / ".join(sorted(x_names)) or "iteration")
+        ax.grid(alpha=0.3)
+        if not x_names:
+            ax.text(0.5, 0.5, "not logged by any run", ha="center", va="center", transform=ax.transAxes)
+    for k in range(len(metrics), nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    if handles:
+        fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
+                   ncol=1 if len(handles) > 4 or max(map(len, handles)) > 40 else len(handles), fontsize=8)
+    title = "Run comparison" + (f" (moving average over {smooth})" if smooth > 1 else "")
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(out)
+    plt.close(fig)
+
+
+TABLE_NOTE = ('final = last logged value; best = max, or min for metrics whose name contains "loss" or '
+              '"error"; raw values (no smoothing).')
+
+
+def compare_runs(runs: list[Path], metrics: list[str], smooth: int, out: Path) -> tuple[str, list[str]]:
+    """Write ``OUT/compare.png`` and ``OUT/compare.md`` for ``runs``; return the table and the metrics
+    that no run logged."""
+    data = {run: read_scalars(run) for run in runs}
+    missing = [m for m in metrics if not any(m in data[run] for run in runs)]
+    labels = run_labels(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(out / "compare.png", runs, labels, data, metrics, smooth)
+    text = table(runs, labels, data, metrics)
+    (out / "compare.md").write_text(f"{text}\n\n{TABLE_NOTE}\n")
+    return text, missing

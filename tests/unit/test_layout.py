@@ -1,0 +1,171 @@
+"""The package's shape: no import cycles between its modules, no module over MAX_LINES lines.
+
+Both read the source with ``ast`` (nothing is imported). The package is ``lit_entropy/`` plus
+``callbacks/``, which installs as ``lit_entropy.callbacks``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+PACKAGE = "lit_entropy"
+SOURCES = {PACKAGE: ROOT / "lit_entropy", f"{PACKAGE}.callbacks": ROOT / "callbacks"}
+MAX_LINES = 450
+
+
+def package_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (a package is its ``__init__``)."""
+    modules: dict[str, Path] = {}
+    for prefix, folder in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if prefix == PACKAGE and rel[0] == "callbacks":  # a link to callbacks/ in some checkouts
+                continue
+            parts = rel[:-1] if rel[-1] == "__init__" else rel
+            modules[".".join((prefix, *parts))] = path
+    return modules
+
+
+def module_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements that run when the module is imported: not inside functions or classes, and not
+    under ``if TYPE_CHECKING:``."""
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if test not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                stack += node.body
+            stack += node.orelse
+        elif isinstance(node, ast.Try | ast.With):
+            for block in ("body", "orelse", "finalbody", "handlers"):
+                stack += getattr(node, block, [])
+        elif isinstance(node, ast.ExceptHandler):
+            stack += node.body
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules that importing ``name`` imports directly (their parent packages included,
+    except the ones ``name`` itself sits in, which are already being imported)."""
+    own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in module_level_imports(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = own_package.split(".")[: len(own_package.split(".")) - (node.level - 1)]
+            base = ".".join([*anchor, *([base] if base else [])])
+        targets.add(base)
+        targets |= {f"{base}.{alias.name}" for alias in node.names}
+    found: set[str] = set()
+    for target in targets:
+        parts = target.split(".")
+        for i in range(1, len(parts) + 1):
+            module = ".".join(parts[:i])
+            if module in modules and module != name and not (own_package + ".").startswith(module + "."):
+                found.add(module)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports when it is imported."""
+    modules = package_modules()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def part(module: str) -> str:
+    """The part of the package a module belongs to: ``lit_entropy.objectives.kl`` -> ``lit_entropy.objectives``."""
+    return ".".join(module.split(".")[:2])
+
+
+def parts_graph() -> dict[str, set[str]]:
+    """The import graph with each sub-package (and each top-level module) collapsed into one node."""
+    graph: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        graph.setdefault(part(module), set())
+        for target in targets:
+            graph.setdefault(part(target), set())
+            if part(target) not in (part(module), PACKAGE):
+                graph[part(module)].add(part(target))
+    return graph
+
+
+def describe(found: list[list[str]]) -> str:
+    return "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_graph_sees_real_imports():
+    graph = import_graph()
+    assert "lit_entropy.callbacks.base" in graph and "lit_entropy.bench.report" in graph
+    assert "lit_entropy.diagnostics.entropy" in graph["lit_entropy.module"]
+    assert "lit_entropy.objectives.policy_loss" in graph["lit_entropy.objectives.kl"]
+    assert "lit_entropy.objectives" not in graph["lit_entropy.objectives.kl"]  # its own package: no edge
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles_between_modules():
+    found = cycles(import_graph())
+    assert not found, f"modules that import each other (directly or around a loop):\n{describe(found)}"
+
+
+KNOWN_PARTS_CYCLE = [["lit_entropy.algo", "lit_entropy.objectives"]]
+
+
+@pytest.mark.xfail(cycles(parts_graph()) == KNOWN_PARTS_CYCLE, strict=False,
+                   reason="lit_entropy.algo and lit_entropy.objectives import each other (algo.py uses "
+                          "objectives.selection/kl/policy_loss, objectives/objective.py uses algo.AlgoConfig)")
+def test_no_import_cycles_between_parts():
+    """One direction between sub-packages and top-level modules: if ``a`` uses ``b``, nothing in ``b`` uses ``a``."""
+    found = cycles(parts_graph())
+    assert not found, f"parts of the package that import each other:\n{describe(found)}"
+
+
+def test_no_module_is_too_long():
+    long = {name: n for name, path in package_modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{k} ({v})" for k, v in sorted(long.items()))
