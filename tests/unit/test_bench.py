@@ -86,4 +86,5 @@ def test_trl_config_matches_the_quick_batch_arithmetic():
     args = trl_config(cfg, "hf", iters=2, output_dir="unused")
     assert args["use_vllm"] is False and args["loss_type"] == "dapo" and args["shuffle_dataset"] is False
     assert args["per_device_train_batch_size"] * args["steps_per_generation"] == 8 * 4  # the whole quick batch
-    assert args["max_steps"] == 2 * cfg.algo.num_minibatches * cfg.algo.ppo_epochs
+    optimizer_steps_per_iteration = args["steps_per_generation"] // args["gradient_accumulation_steps"]
+    assert args["max_steps"] == 2 * optimizer_steps_per_iteration * args["num_iterations"]
