@@ -171,11 +171,11 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def start(self, policy: TrainablePolicy) -> None:
         """Start the sampler's reward workers and engine for ``policy`` (once)."""
-        if self.sampler is None:
-            raise ValueError("RolloutDataModule needs a sampler (the `rollout` and `reward` config groups)")
         if self.chat_template and not getattr(policy.tokenizer, "has_chat_template", False):
             raise ValueError("data.chat_template=true needs a tokenizer with a chat template (model=hf with an "
                              "instruct model's tokenizer); the lab's character tokenizer has none")
+        if self.sampler is None:
+            raise ValueError("RolloutDataModule needs a sampler (the `rollout` and `reward` config groups)")
         trainer = getattr(policy, "_trainer", None)
         world = trainer.world_size if trainer is not None else 1
         with preserved_rng():  # vLLM seeds the global RNGs when it starts; a resumed run starts it later
