@@ -1,7 +1,7 @@
 """``scripts/evaluate.py``: compose ``conf/evaluate.yaml``, build the policy and the sampler, evaluate.
 
-The policy is the ``model`` group's, or — with ``ckpt_path=`` and no ``model=`` override — the model of the
-run that wrote the checkpoint (its ``.hydra/config.yaml``), with the checkpoint's weights loaded. The
+The policy is the ``model`` group's, or — with ``ckpt_path=`` and no ``model=<option>`` choice — the model of
+the run that wrote the checkpoint (its ``.hydra/config.yaml``), with the checkpoint's weights loaded. The
 prompts are the ``data`` group's prompt source (a generated stream such as Countdown gives held-out
 problems, a dataset its first ``eval.limit``); sampling and scoring are the ``rollout`` and ``reward``
 groups', through the same :class:`~lit_entropy.rollout.sampler.Sampler` as training.
@@ -152,5 +152,5 @@ def main(argv: list[str]) -> dict:
         raise SystemExit(f"scripts/evaluate.py takes Hydra overrides (key=value, group=option); got {bad}. "
                          "E.g. ckpt_path=<run>/checkpoints/last.ckpt eval.n=16 'eval.k=[1,4,16]' data=math500")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    model_overridden = any(a.split("=")[0].lstrip("+~").split(".")[0] == "model" for a in argv)
+    model_overridden = any(a.split("=")[0].lstrip("+~") == "model" for a in argv)  # a model=<option> choice
     return run(compose_evaluate(argv), model_overridden)

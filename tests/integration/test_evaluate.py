@@ -86,7 +86,9 @@ class ScriptedEngine(RolloutEngine):
 
 
 def scripted_sampler(engine, stop=(), **reward) -> Sampler:
-    sampler = Sampler(engine, SamplingConfig(max_new_tokens=32, stop=stop), RewardConfig(workers=1, **reward))
+    """A sampler on ``engine``; generous reward time limit (a loaded test machine must not time math-verify out)."""
+    reward = {"workers": 1, "timeout_s": 60.0, **reward}
+    sampler = Sampler(engine, SamplingConfig(max_new_tokens=32, stop=stop), RewardConfig(**reward))
     sampler.start(PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused"), math_reward)
     return sampler
 
@@ -141,7 +143,7 @@ def test_evaluation_cuts_completions_at_the_stop_strings():
     bundle = PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused")
     results = {}
     for stop in ((), ("</answer>",)):
-        sampler = scripted_sampler(RamblingEngine([0, 0, 0]), stop=stop)
+        sampler = scripted_sampler(RamblingEngine([0, 0, 0]), stop=stop, mode="inline")
         try:
             results[stop] = evaluate(bundle, prompts, sampler, n=2, ks=[1])
         finally:
