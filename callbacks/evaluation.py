@@ -1,8 +1,8 @@
-"""PeriodicEvalCallback — the optional in-training validation loop (DESIGN §7.5, issue 5).
+"""PeriodicEvalCallback — the optional in-training validation loop.
 
 Every ``every_n_iterations`` RL iterations (and after the last one) it samples ``n`` completions for
-each of ``num_problems`` held-out problems with the run's own rollout engine, scores them with the
-task's reward in the isolated reward runner, and logs ``eval/accuracy``, ``eval/mean@k`` and
+each of ``num_problems`` held-out problems with the run's own sampler (engine, top_p and stop strings as
+in training; ``temperature`` and ``max_new_tokens`` may differ), scores them with the task's reward, and logs ``eval/accuracy``, ``eval/mean@k`` and
 ``eval/pass@k`` (unbiased estimator, torchmetrics states summed across ranks) via
 :func:`lit_entropy.evaluation.evaluate`. The problems come from the training prompt source under an
 iteration key training never uses, so for the Countdown lab they are unseen problems.
@@ -14,11 +14,8 @@ from collections.abc import Sequence
 
 import lightning.pytorch as pl
 
-from lit_entropy.evaluation import evaluate
+from lit_entropy.evaluation import HELD_OUT_ITERATION, evaluate
 from lit_entropy.models import PolicyBundle
-
-HELD_OUT_ITERATION = 10**6
-"""The prompt-stream key of the evaluation problems (training uses iterations 0 … max_epochs − 1)."""
 
 
 class PeriodicEvalCallback(pl.Callback):
@@ -55,14 +52,9 @@ class PeriodicEvalCallback(pl.Callback):
         dm = trainer.datamodule
         prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
         bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
-        result = evaluate(
-            bundle, prompts, dm.prompts.reward_fn, dm.engine, n=self.n, ks=self.ks,
-            temperature=self.temperature or dm.sampling.temperature,
-            max_new_tokens=self.max_new_tokens or dm.sampling.max_new_tokens,
-            seed=self.seed, reward_kwargs=dm.prompts.reward_kwargs,
-            correct_threshold=dm.correct_threshold, reward_timeout_s=dm.reward_timeout_s,
-            reward_workers=dm.reward_workers,
-            encode=lambda text: dm.encode_prompt(pl_module.tokenizer, text),
-        )
+        changes = {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
+                   if v is not None}  # the rest (top_p, stop strings, the reward runner) as in training
+        result = evaluate(bundle, prompts, dm.sampler.with_sampling(**changes), n=self.n, ks=self.ks, seed=self.seed,
+                          encode=lambda text: dm.encode_prompt(pl_module.tokenizer, text))
         metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)

@@ -1,4 +1,6 @@
-"""Small config objects for the RL objective and the optimizer (the ``algo/`` and ``optim/`` groups)."""
+"""Small config objects for the RL objective and the optimizer (the ``algo/`` and ``optim/`` groups).
+
+Batching (how many prompts, minibatches, micro-batches) is :class:`lit_entropy.data.batch.BatchConfig`."""
 
 from __future__ import annotations
 
@@ -64,16 +66,6 @@ class AlgoConfig:
     """Clamp each token's KL estimate to [−kl_clamp, kl_clamp] (None = off). k3's gradient,
     1 − π_ref/π_θ, grows like exp(log-ratio) where the policy has moved far below the reference; a
     clamp of 10 (verl's ``low_var_kl``) bounds it at about 12.5 and drops such tokens from the penalty."""
-    dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal, and draw more prompts to refill the batch."""
-    max_sampling_rounds: int = 3
-    """With dynamic sampling: extra generation rounds at most per iteration."""
-    num_minibatches: int = 2
-    """Optimizer steps per pass over the rollout batch."""
-    ppo_epochs: int = 1
-    """Passes over the rollout batch per iteration."""
-    micro_batch_size: int = 64
-    """Sequences per forward/backward; gradients are accumulated over a minibatch's micro-batches."""
 
     def __post_init__(self) -> None:
         self.advantage_args = dict(self.advantage_args or {})
@@ -90,10 +82,7 @@ class AlgoConfig:
             raise ValueError(f"algo.eps_high={self.eps_high} must be >= 0")
         if self.dual_clip is not None and not self.dual_clip > 1:
             raise ValueError(f"algo.dual_clip={self.dual_clip} must be > 1 (or null)")
-        for name in ("num_minibatches", "ppo_epochs", "micro_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 1")
-        for name in ("entropy_coef", "kl_coef", "beta_rank", "max_sampling_rounds"):
+        for name in ("entropy_coef", "kl_coef", "beta_rank"):
             if getattr(self, name) < 0:
                 raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 0")
         if self.kl_clamp is not None and not self.kl_clamp > 0:
@@ -135,18 +124,13 @@ class AlgoConfig:
             )
         if self.loss_agg == "seq-mean-token-sum-norm" and not (self.loss_norm_constant or 0) > 0:
             raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs algo.loss_norm_constant > 0")
-        if self.advantage == "w_reinforce" and self.dynamic_sampling:
-            raise ValueError(
-                "algo.dynamic_sampling drops all-equal groups, but algo.advantage=w_reinforce has no "
-                "baseline and learns from them: pick one"
-            )
 
 
 @dataclass
 class OptimConfig:
     """AdamW with a linear warm-up."""
 
-    lr: float = 1e-4
+    lr: float = 2e-4
     """Peak learning rate."""
     weight_decay: float = 0.0
     """Decoupled weight decay."""

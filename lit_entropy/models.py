@@ -167,7 +167,7 @@ class TinyLabPolicy:
             if need > context:
                 raise ValueError(
                     f"prompt {i} {prompt.text[:60]!r} needs {need} positions (BOS + {len(prompt.text)} + "
-                    f"data.max_new_tokens={max_new_tokens}) but model.arch.max_position_embeddings={context}")
+                    f"rollout.max_new_tokens={max_new_tokens}) but model.arch.max_position_embeddings={context}")
 
     def build(self) -> PolicyBundle:
         from transformers import Qwen2ForCausalLM

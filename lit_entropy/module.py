@@ -33,7 +33,7 @@ import torch
 from lit_entropy import advantages as adv
 from lit_entropy import prefix
 from lit_entropy.algo import AlgoConfig, OptimConfig
-from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.lora import is_peft
@@ -49,6 +49,7 @@ class PolicyModule(pl.LightningModule):
         policy: Any,
         algo: AlgoConfig | None = None,
         optim: OptimConfig | None = None,
+        batch: BatchConfig | None = None,
         temperature: float = 1.0,
         logit_chunk_size: int = 2048,
         num_text_samples: int = 4,
@@ -69,6 +70,7 @@ class PolicyModule(pl.LightningModule):
         self.policy_path = policy.path
         self.algo = algo or AlgoConfig()
         self.optim_cfg = optim or OptimConfig()
+        self.batch_cfg = batch or BatchConfig()
         self.temperature = temperature
         self.logit_chunk_size = logit_chunk_size
         self.num_text_samples = num_text_samples
@@ -163,7 +165,7 @@ class PolicyModule(pl.LightningModule):
         model.eval()
         t0 = time.perf_counter()
         parts: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
-        step = self.algo.micro_batch_size
+        step = self.batch_cfg.micro_batch_size
         if layout is not None:
             ids = input_ids.to(self.device)
             layout = prefix.PromptLayout(*(t.to(self.device) for t in vars(layout).values()))
@@ -271,7 +273,7 @@ class PolicyModule(pl.LightningModule):
         need_entropy_grad = knobs.entropy_coef > 0
         sums: dict[str, torch.Tensor] = {}
         loss_total = torch.zeros((), device=self.device)
-        step, n = self.algo.micro_batch_size, minibatch["input_ids"].shape[0]
+        step, n = self.batch_cfg.micro_batch_size, minibatch["input_ids"].shape[0]
         world = dist.world_size()
         t0 = time.perf_counter()
         lengths = minibatch["attention_mask"].sum(-1)
@@ -346,7 +348,7 @@ class PolicyModule(pl.LightningModule):
         """The update's prompt pass in chunks of at most one micro-batch's tokens (``micro_batch_size`` rows of
         ``row_width``), so its activations never exceed a micro-batch's. One chunk keeps its graph until the
         step's prompt backward; several are encoded without gradient and recomputed one by one there."""
-        per = max(1, self.algo.micro_batch_size * row_width // max(1, int(layout.prompt_len.max())))
+        per = max(1, self.batch_cfg.micro_batch_size * row_width // max(1, int(layout.prompt_len.max())))
         return list(torch.arange(layout.num_prompts, device=self.device).split(per))
 
     def _loss_scale(self) -> float:

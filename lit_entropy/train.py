@@ -13,6 +13,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
+from lit_entropy.data.batch import BatchConfig
+from lit_entropy.rollout.base import SamplingConfig
+from lit_entropy.rollout.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,29 @@ def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
             owners[knob] = type(cb).__name__
 
 
+def build_sampler(cfg: DictConfig, engine: Any = None) -> Sampler:
+    """The ``rollout`` group (engine and sampling) and the ``reward`` group as one :class:`Sampler`.
+
+    ``engine``: a started engine or a factory replacing ``rollout.engine``. The engine's own values are
+    checked here (``validate``), before anything is started.
+    """
+    rollout = OmegaConf.to_container(cfg.rollout, resolve=True)
+    if engine is None:
+        engine = instantiate(cfg.rollout.engine)
+        validate = getattr(getattr(engine, "func", None), "validate", None)
+        if callable(validate):
+            validate(**engine.keywords)
+    sampling = SamplingConfig(**{k: v for k, v in rollout.items() if k != "engine"})
+    return Sampler(engine, sampling, instantiate(cfg.reward))
+
+
+def check_batch_and_algo(batch: BatchConfig, algo: Any) -> None:
+    """Combinations of the ``batch`` and ``algo`` groups that cannot work, named at start-up."""
+    if batch.dynamic_sampling and getattr(algo, "advantage", None) == "w_reinforce":
+        raise ValueError("batch.dynamic_sampling drops all-equal groups, but algo.advantage=w_reinforce has no "
+                         "baseline and learns from them: pick one")
+
+
 def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -> tuple[pl.Trainer, Any, Any]:
     """The trainer, the module and the rollout DataModule of a composed config.
 
@@ -80,19 +106,16 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     pl.seed_everything(cfg.seed, workers=True)
     # Everything cheap first, so a bad value fails before the warm start or the engine start.
     spec = instantiate(cfg.model)
-    algo, optim = instantiate(cfg.algo), instantiate(cfg.optim)
-    if engine is None:
-        engine = instantiate(cfg.rollout)
-        validate = getattr(getattr(engine, "func", None), "validate", None)
-        if callable(validate):
-            validate(**engine.keywords)
-    datamodule = instantiate(cfg.data, engine=engine)
+    algo, optim, batch = instantiate(cfg.algo), instantiate(cfg.optim), instantiate(cfg.batch)
+    check_batch_and_algo(batch, algo)
+    sampler = build_sampler(cfg, engine)
+    datamodule = instantiate(cfg.data, _partial_=True)(sampler=sampler, batch=batch)
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
     if callable(check_prompts):
-        check_prompts(datamodule.prompts, datamodule.sampling.max_new_tokens)
+        check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     check_knob_owners(callbacks, algo)
-    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, _recursive_=False)
+    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:

@@ -14,9 +14,12 @@ import os
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
+import sys  # noqa: E402
+
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from lit_entropy.config_keys import upgrade_overrides  # noqa: E402
 from lit_entropy.train import run  # noqa: E402
 from lit_entropy.utils.dist import rank  # noqa: E402
 
@@ -31,4 +34,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = upgrade_overrides(sys.argv[1:])  # old key spellings keep working, with a warning
     main()

@@ -13,6 +13,36 @@ import torch
 
 
 @dataclass
+class BatchConfig:
+    """The ``batch`` group: how much one RL iteration samples and how it is cut into optimizer steps."""
+
+    prompts_per_iter: int = 128
+    """Prompts drawn per iteration (all ranks together)."""
+    group_size: int = 8
+    """G, completions sampled per prompt (the group of the group baselines)."""
+    num_minibatches: int = 4
+    """Optimizer steps per pass over the rollout batch."""
+    ppo_epochs: int = 1
+    """Passes over the rollout batch per iteration."""
+    micro_batch_size: int = 128
+    """Sequences per forward/backward; gradients are accumulated over a minibatch's micro-batches."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and draw more prompts to refill the batch."""
+    max_sampling_rounds: int = 3
+    """With dynamic sampling: extra generation rounds at most per iteration."""
+
+    def __post_init__(self) -> None:
+        for name in ("prompts_per_iter", "num_minibatches", "ppo_epochs", "micro_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"batch.{name}={value!r} must be an integer >= 1")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ValueError(f"batch.group_size={self.group_size!r}: group baselines need an integer G >= 2")
+        if self.max_sampling_rounds < 0:
+            raise ValueError(f"batch.max_sampling_rounds={self.max_sampling_rounds} must be >= 0")
+
+
+@dataclass
 class RolloutBatch:
     input_ids: torch.Tensor
     """[B, L] int64 prompt + response token ids, right-padded."""

@@ -11,22 +11,28 @@ import torch
 
 @dataclass
 class SamplingConfig:
-    """How completions are sampled."""
+    """How completions are sampled (the ``rollout`` group, less its ``engine``)."""
 
     temperature: float = 1.0
     """Rollout temperature; the trainer's log-probs and entropy use the same one."""
     top_p: float = 1.0
     """Nucleus sampling (1.0 = off). Anything but 1.0 makes sampler and trainer log-probs differ."""
-    max_new_tokens: int = 24
+    max_new_tokens: int = 16
     """Completion length cap; rows that hit it count in ``rollout/truncated_frac``."""
+    stop: Sequence[str] = ()
+    """Strings that end a completion (EOS always does); applied after sampling, for every engine
+    (:func:`truncate_at_stop`)."""
 
     def __post_init__(self) -> None:
+        self.stop = tuple(str(s) for s in (self.stop or ()))
         if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+            raise ValueError(f"rollout.temperature={self.temperature} must be > 0")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ValueError(f"rollout.top_p={self.top_p} must be in (0, 1]")
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise ValueError(f"rollout.max_new_tokens={self.max_new_tokens} must be >= 1")
+        if any(not s for s in self.stop):
+            raise ValueError("rollout.stop: empty stop strings")
 
 
 @dataclass

@@ -115,17 +115,17 @@ class VLLMEngine(RolloutEngine):
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, **_: Any) -> None:
         """The ``rollout.*`` values, checked at start-up (before the warm start, by ``train.build``)."""
         if dtype not in ("float32", "bfloat16", "float16", "auto"):
-            raise ValueError(f"rollout.dtype={dtype!r} must be float32, bfloat16, float16 or auto")
+            raise ValueError(f"rollout.engine.dtype={dtype!r} must be float32, bfloat16, float16 or auto")
         if not (isinstance(kv_cache_gib, int | float) and math.isfinite(kv_cache_gib) and kv_cache_gib > 0):
-            raise ValueError(f"rollout.kv_cache_gib={kv_cache_gib!r} must be a finite number > 0 (GiB)")
+            raise ValueError(f"rollout.engine.kv_cache_gib={kv_cache_gib!r} must be a finite number > 0 (GiB)")
         if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"rollout.gpu_memory_utilization={gpu_memory_utilization!r} must be in (0, 1]")
+            raise ValueError(f"rollout.engine.gpu_memory_utilization={gpu_memory_utilization!r} must be in (0, 1]")
         for key, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"rollout.{key}={value!r} must be null (sized to the generation batch) or an int >= 1")
+                raise ValueError(f"rollout.engine.{key}={value!r} must be null (sized to the generation batch) or an int >= 1")
         if max_num_seqs and max_num_batched_tokens and max_num_batched_tokens < max_num_seqs:
-            raise ValueError(f"rollout.max_num_batched_tokens={max_num_batched_tokens} must be >= "
-                             f"rollout.max_num_seqs={max_num_seqs}")
+            raise ValueError(f"rollout.engine.max_num_batched_tokens={max_num_batched_tokens} must be >= "
+                             f"rollout.engine.max_num_seqs={max_num_seqs}")
 
     def generate(
         self, prompts: list[list[int]], n: int, sampling: SamplingConfig, seed: int, first_index: int = 0

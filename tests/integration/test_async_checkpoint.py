@@ -10,8 +10,8 @@ import torch
 from lit_entropy.train import build
 from tests.helpers import compose_train
 
-LAB = ["data.prompts_per_iter=8", "data.group_size=4", "data.max_new_tokens=12", "data.reward_mode=inline",
-       "algo.micro_batch_size=16", "trainer.max_epochs=3", "rollout=hf", "callbacks/entropy=adapo",
+LAB = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens=12", "reward.mode=inline",
+       "batch.micro_batch_size=16", "trainer.max_epochs=3", "rollout=hf", "callbacks/entropy=adapo",
        "callbacks.checkpoint.keep_iterations=true", "~callbacks.progress", "+trainer.enable_progress_bar=false"]
 
 

@@ -24,9 +24,9 @@ from tests.helpers import ROOT, read_scalars
 pytestmark = pytest.mark.integration
 
 DRIVER = ROOT / "tests" / "integration" / "rank_driver.py"
-LAB = ["data.prompts_per_iter=7", "data.group_size=4", "data.max_new_tokens=16", "data.reward_mode=inline",
-       "rollout.show_progress=false", "callbacks/entropy=adapo", "optim.eps=1e-6"]
-COMMON = ["trainer.max_epochs=1", "logger=csv", *LAB, "algo.num_minibatches=3", "algo.micro_batch_size=4"]
+LAB = ["batch.prompts_per_iter=7", "batch.group_size=4", "rollout.max_new_tokens=16", "reward.mode=inline",
+       "rollout.engine.show_progress=false", "callbacks/entropy=adapo", "optim.eps=1e-6"]
+COMMON = ["trainer.max_epochs=1", "logger=csv", *LAB, "batch.num_minibatches=3", "batch.micro_batch_size=4"]
 # 7 prompts: blocks of 4 and 3 prompts per rank; 28 rows in 3 minibatches of 10/9/9 rows, 4-row
 # micro-batches: one rank runs a zero-weight padding micro-batch in two of the three steps.
 CONFIGS = {
@@ -34,9 +34,9 @@ CONFIGS = {
     "seq_mean_token_mean": ["algo.loss_agg=seq-mean-token-mean"],
     "seq_mean_token_sum": ["algo.loss_agg=seq-mean-token-sum"],
     "seq_mean_token_sum_norm": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.loss_norm_constant=16"],
-    "clip_cov": ["algo=clip_cov", "algo.num_minibatches=3", "algo.micro_batch_size=4",
+    "clip_cov": ["algo=clip_cov", "batch.num_minibatches=3", "batch.micro_batch_size=4",
                  "algo.selection_args.rho=0.05"],
-    "dapo": ["algo=dapo", "algo.num_minibatches=3", "algo.micro_batch_size=4"],  # dynamic sampling
+    "dapo": ["algo=dapo", "batch.num_minibatches=3", "batch.micro_batch_size=4"],  # dynamic sampling
     "two_iterations": ["trainer.max_epochs=2"],  # the vLLM sync after an update
 }
 STRATEGIES = ("ddp", "fsdp")
@@ -133,7 +133,7 @@ def test_vllm_follows_sharded_weights_after_an_update(dumps, strategy):
 
 
 def _train(run: Path, *overrides: str) -> None:
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *LAB, "algo.micro_batch_size=8",
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *LAB, "batch.micro_batch_size=8",
            f"paths.log_dir={run.parent}", f"hydra.run.dir={run}", *overrides]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

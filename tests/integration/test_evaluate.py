@@ -1,8 +1,8 @@
-"""scripts/evaluate.py and lit_entropy.evaluation: sampling, isolated scoring, accuracy / mean@k / pass@k."""
+"""scripts/evaluate.py (lit_entropy.evaluation_run) and lit_entropy.evaluation: the sampler, isolated scoring,
+accuracy / mean@k / pass@k."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,9 +15,12 @@ from omegaconf import OmegaConf
 
 from lit_entropy.data.prompts import Prompt
 from lit_entropy.evaluation import evaluate
+from lit_entropy.evaluation_run import compose_evaluate, load_checkpoint_weights, main
 from lit_entropy.metrics import pass_at_k
 from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
-from lit_entropy.rollout.base import Generation, RolloutEngine
+from lit_entropy.rewards.config import RewardConfig
+from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.tasks.math_answers import math_reward
 from tests.helpers import ROOT, compose_train
 
@@ -26,14 +29,7 @@ pytestmark = pytest.mark.integration
 SCRIPT = ROOT / "scripts" / "evaluate.py"
 CACHE = Path(os.environ.get("LIT_ENTROPY_CACHE", ROOT / ".cache" / "lit_entropy"))
 WARM_STEPS = 20  # the smoke-test warm start: quick to build, shared cache entry
-FAST = ["--warmstart-steps", str(WARM_STEPS), "--cache-dir", str(CACHE), "--reward-workers", "1", "--quiet"]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+FAST = [f"model.warmstart.steps={WARM_STEPS}", f"paths.cache_dir={CACHE}", "reward.workers=1"]
 
 
 def check_result(res: dict, problems: int, n: int, ks: list[int]) -> None:
@@ -72,7 +68,7 @@ class ScriptedEngine(RolloutEngine):
     def sync_weights(self, model):
         self.synced = model
 
-    def generate(self, prompts, n, sampling, seed):
+    def generate(self, prompts, n, sampling, seed, first_index=0):
         tok = ByteTok()
         out = []
         for ids in prompts:
@@ -89,13 +85,24 @@ class ScriptedEngine(RolloutEngine):
         self.closed = True
 
 
+def scripted_sampler(engine, stop=(), **reward) -> Sampler:
+    """A sampler on ``engine``; generous reward time limit (a loaded test machine must not time math-verify out)."""
+    reward = {"workers": 1, "timeout_s": 60.0, **reward}
+    sampler = Sampler(engine, SamplingConfig(max_new_tokens=32, stop=stop), RewardConfig(**reward))
+    sampler.start(PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused"), math_reward)
+    return sampler
+
+
 def test_evaluate_counts_and_metrics_with_a_scripted_engine():
     correct = [0, 1, 3, 5, 5, 2]
     prompts = [Prompt(f"{i}:{10 * i}", reference=str(10 * i)) for i in range(len(correct))]
     engine = ScriptedEngine(correct)
     bundle = PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused")
-    res = evaluate(bundle, prompts, math_reward, engine, n=5, ks=[5, 1, 2], temperature=1.0, max_new_tokens=32,
-                   seed=0, reward_workers=1, prompts_per_chunk=4)
+    sampler = scripted_sampler(engine)
+    try:
+        res = evaluate(bundle, prompts, sampler, n=5, ks=[5, 1, 2], seed=0, prompts_per_chunk=4)
+    finally:
+        sampler.close()
     assert engine.synced is bundle.model and not engine.closed  # a given engine is the caller's to close
     assert [p["num_correct"] for p in res["per_problem"]] == correct
     check_result(res, problems=6, n=5, ks=[1, 2, 5])
@@ -109,10 +116,41 @@ def test_evaluate_counts_and_metrics_with_a_scripted_engine():
         built.append(kwargs)
         return ScriptedEngine(correct)
 
-    evaluate(bundle, prompts[:2], math_reward, factory, n=2, ks=[1], reward_mode="inline")
-    assert built and built[0]["model_path"] == "unused" and built[0]["eos_id"] == 0
+    sampler = scripted_sampler(factory, mode="inline")
+    evaluate(bundle, prompts[:2], sampler, n=2, ks=[1])
+    sampler.close()
+    assert built and built[0]["model_path"] == "unused" and built[0]["eos_id"] == 0 and sampler.engine is None
     with pytest.raises(ValueError, match="k"):
-        evaluate(bundle, prompts, math_reward, engine, n=2, ks=[4])
+        evaluate(bundle, prompts, scripted_sampler(engine), n=2, ks=[4])
+
+
+class RamblingEngine(ScriptedEngine):
+    """Every sample answers correctly, closes its answer, then rambles on to a wrong answer."""
+
+    def generate(self, prompts, n, sampling, seed, first_index=0):
+        tok = ByteTok()
+        out = []
+        for ids in prompts:
+            answer = int(tok.decode(ids).split(":")[1])
+            text = f"\\boxed{{{answer}}}</answer> or maybe \\boxed{{{answer + 1}}}"
+            out.append([Generation(tok.encode(text) + [0], [0.0] * (len(text) + 1), False) for _ in range(n)])
+        return out
+
+
+def test_evaluation_cuts_completions_at_the_stop_strings():
+    """A run trained with stop strings is evaluated on the completions training would have seen."""
+    prompts = [Prompt(f"{i}:{10 * i}", reference=str(10 * i)) for i in range(3)]
+    bundle = PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused")
+    results = {}
+    for stop in ((), ("</answer>",)):
+        sampler = scripted_sampler(RamblingEngine([0, 0, 0]), stop=stop, mode="inline")
+        try:
+            results[stop] = evaluate(bundle, prompts, sampler, n=2, ks=[1])
+        finally:
+            sampler.close()
+    assert results[()]["eval/accuracy"] == 0.0  # the last boxed answer is the wrong one
+    assert results[("</answer>",)]["eval/accuracy"] == 1.0
+    assert results[("</answer>",)]["per_problem"][1]["completions"] == ["\\boxed{10}</answer>"]
 
 
 # ------------------------------------------------------------------------------- the script
@@ -120,15 +158,15 @@ def test_evaluate_counts_and_metrics_with_a_scripted_engine():
 
 def test_cli_on_the_lab_policy_writes_json(tmp_path):
     out = tmp_path / "res.json"
-    cmd = [sys.executable, str(SCRIPT), "--data", "countdown", "--limit", "8", "-n", "4", "--k", "1,4",
-           "--engine", "hf", "--out", str(out), *FAST]
+    cmd = [sys.executable, str(SCRIPT), "data=countdown", "rollout=hf", "eval.limit=8", "eval.n=4", "eval.k=[1,4]",
+           f"eval.out={out}", *FAST]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "eval/pass@4" in proc.stdout and "eval/mean@1" in proc.stdout  # the printed table
     res = json.loads(out.read_text())
     check_result(res, problems=8, n=4, ks=[1, 4])
-    assert res["config"]["engine"] == "hf" and "lab policy" in res["config"]["policy"]
+    assert res["config"]["engine"] == "HFEngine" and "warm-start steps" in res["config"]["policy"]
     assert all("=" in p["prompt"] and p["prompt"].endswith(":") for p in res["per_problem"])
 
 
@@ -151,86 +189,57 @@ def write_checkpoint(model: torch.nn.Module, run_dir: Path, with_config: bool) -
 
 
 def test_checkpoint_weights_load_exactly(tmp_path, lab_policy):
-    script = load_script()
     ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=False)
     fresh = TinyLabPolicy(cache_dir=str(tmp_path / "c"), warmstart=WarmStart(steps=0)).build().model
-    script.load_checkpoint_weights(fresh, ckpt)
+    load_checkpoint_weights(fresh, ckpt)
     for (name, a), b in zip(lab_policy.model.state_dict().items(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     bad = tmp_path / "bad.ckpt"
     torch.save({"state_dict": {"model.nope.weight": torch.zeros(1)}}, bad)
     with pytest.raises(ValueError, match="does not match"):
-        script.load_checkpoint_weights(fresh, bad)
+        load_checkpoint_weights(fresh, bad)
 
 
-def test_cli_checkpoint_with_run_config_matches_the_same_weights(tmp_path, lab_policy):
-    """--ckpt rebuilds the model from the run's .hydra/config.yaml: same weights, same samples, same scores."""
-    script = load_script()
+def test_checkpoint_with_run_config_matches_the_same_weights(tmp_path, lab_policy):
+    """ckpt_path= rebuilds the model from the run's .hydra/config.yaml: same weights, same samples, same scores."""
     ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=True)
-    common = ["--data", "countdown", "--limit", "6", "-n", "4", "--k", "1,2,4", *FAST]
-    from_ckpt = script.main(["--ckpt", str(ckpt), *common])
-    direct = script.main(common)
-    assert "run config" in from_ckpt["config"]["policy"]
+    common = ["data=countdown", "eval.limit=6", "eval.n=4", "eval.k=[1,2,4]", *FAST]
+    from_ckpt = main([f"ckpt_path={ckpt}", *common])
+    direct = main(common)
+    assert "from the run config" in from_ckpt["config"]["policy"]
     check_result(from_ckpt, problems=6, n=4, ks=[1, 2, 4])
     assert [p["completions"] for p in from_ckpt["per_problem"]] == [p["completions"] for p in direct["per_problem"]]
     assert from_ckpt["eval/pass@4"] == direct["eval/pass@4"]
 
 
-def test_cli_on_a_jsonl_source(tmp_path, lab_policy):
+def test_on_a_jsonl_source(tmp_path, lab_policy):
     """A tmp JSONL of Countdown-style questions with numeric answers, scored by math-verify (plumbing)."""
     ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=False)
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps({"q": f"{a},{b},2={a * b + 2}:", "gold": float(a * b + 2)}) + "\n"
                             for a, b in [(3, 4), (5, 6), (7, 2), (9, 9), (1, 8)]))
     out = tmp_path / "out" / "res.json"
-    script = load_script()
-    res = script.main(["--ckpt", str(ckpt), "--data", "jsonl", "--jsonl", str(data), "--question-field", "q",
-                       "--answer-field", "gold", "--template", "{question}", "--limit", "4", "-n", "3",
-                       "--k", "1,3", "--max-new-tokens", "12", "--out", str(out), *FAST])
+    res = main([f"ckpt_path={ckpt}", "data=jsonl", f"data.prompts.path={data}", "data.prompts.question_field=q",
+                "data.prompts.answer_field=gold", "data.prompts.template='{question}'", "eval.limit=4", "eval.n=3",
+                "eval.k=[1,3]", "rollout.max_new_tokens=12", f"eval.out={out}", *FAST])
     saved = json.loads(out.read_text())
     assert saved["eval/pass@3"] == res["eval/pass@3"]
     check_result(saved, problems=4, n=3, ks=[1, 3])
     assert [p["reference"] for p in saved["per_problem"]] == ["14", "32", "16", "83"]  # 14.0 -> "14"
     assert saved["per_problem"][0]["prompt"] == "3,4,2=14:"
-    assert "4 of 5 problems" in saved["config"]["data"]
 
 
-def test_cli_argument_errors(capsys):
-    script = load_script()
-    for argv in (["--data", "jsonl"], ["-n", "2", "--k", "1,4"], ["--k", "a,b"], ["--limit", "0"]):
-        with pytest.raises(SystemExit):
-            script.parse_args(argv)
-    args = script.parse_args(["-n", "8"])
-    assert args.ks == [1, 4] and args.max_new_tokens == 16
-    assert script.parse_args(["--data", "math500"]).max_new_tokens == 512
-
-
-HYDRA_FAST = [f"model.warmstart.steps={WARM_STEPS}", f"paths.cache_dir={CACHE}", "eval.reward_workers=1"]
-
-
-def test_hydra_form_on_the_lab_from_a_training_checkpoint(tmp_path, lab_policy):
-    """`ckpt_path=` takes the model from the run's .hydra/config.yaml; the same weights give the same result."""
-    ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=True)
-    out = tmp_path / "res.json"
-    cmd = [sys.executable, str(SCRIPT), f"ckpt_path={ckpt}", "data=countdown", "rollout=hf", "eval.n=4",
-           "eval.k=[1,4]", "eval.limit=6", f"eval.out={out}", *HYDRA_FAST]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads(out.read_text())
-    check_result(res, problems=6, n=4, ks=[1, 4])
-    assert "from the run config" in res["config"]["policy"] and res["config"]["engine"] == "hf"
-    again = load_script().main(["--ckpt", str(ckpt), "--limit", "6", "-n", "4", "--k", "1,4", *FAST])
-    assert again["eval/pass@4"] == res["eval/pass@4"] and again["eval/mean@1"] == res["eval/mean@1"]
-
-
-def test_hydra_form_on_a_jsonl_file(tmp_path):
-    data = tmp_path / "q.jsonl"
-    data.write_text("".join(json.dumps({"question": f"{a},{b},2={a * b + 2}:", "answer": a * b + 2}) + "\n"
-                            for a, b in [(3, 4), (5, 6), (7, 2)]))
-    res = load_script().main(["data=jsonl", f"data.prompts.path={data}", "data.prompts.template='{question}'",
-                              "data.max_new_tokens=12", "eval.n=3", "eval.k=[1,3]", "eval.limit=2", *HYDRA_FAST])
-    check_result(res, problems=2, n=3, ks=[1, 3])
-    assert [p["reference"] for p in res["per_problem"]] == ["14", "32"]
+def test_argument_errors():
+    with pytest.raises(SystemExit, match="Hydra overrides"):
+        main(["--data", "jsonl"])
     with pytest.raises(ValueError, match="eval.k"):
-        load_script().main(["eval.n=2", "eval.k=[1,4]"])
+        main(["eval.n=2", "eval.k=[1,4]"])
+    with pytest.raises(ValueError, match="eval.limit"):
+        main(["eval.limit=0"])
+
+
+def test_old_eval_keys_still_work(tmp_path):
+    with pytest.warns(FutureWarning, match="eval.max_new_tokens is now rollout.max_new_tokens"):
+        cfg = compose_evaluate(["eval.max_new_tokens=7", "eval.reward_workers=1", "data=math500"])
+    assert cfg.rollout.max_new_tokens == 7 and cfg.reward.workers == 1
+    assert compose_evaluate(["data=math500"]).rollout.max_new_tokens == 512  # the data preset's length

@@ -23,8 +23,8 @@ from tests.helpers import ROOT
 pytestmark = pytest.mark.integration
 
 K, J = 4, 2  # iterations in all; the kill comes once the checkpoint after J iterations exists
-LAB = ["data.prompts_per_iter=8", "data.group_size=4", "data.max_new_tokens=16", "data.reward_mode=inline",
-       "algo.micro_batch_size=16", f"trainer.max_epochs={K}", "callbacks.checkpoint.keep_iterations=true",
+LAB = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens=16", "reward.mode=inline",
+       "batch.micro_batch_size=16", f"trainer.max_epochs={K}", "callbacks.checkpoint.keep_iterations=true",
        "~callbacks.progress", "+trainer.enable_progress_bar=false"]
 ENGINE = {"entrocraft_hard": "vllm"}  # the lab default on the real engine; the rest on HF generate (faster start)
 DEFAULT_SUITE = ("none", "entrocraft_hard", "adapo")
@@ -34,7 +34,7 @@ CONTROLLERS = ["none", "entrocraft_hard", "adapo", "entrocraft", "repo_d", "repo
 def _cmd(run: Path, name: str, *extra: str) -> list[str]:
     rollout = ENGINE.get(name, "hf")
     return [sys.executable, str(ROOT / "scripts" / "train.py"), *LAB, f"callbacks/entropy={name}",
-            f"rollout={rollout}", *(["rollout.show_progress=false"] if rollout == "vllm" else []),
+            f"rollout={rollout}", *(["rollout.engine.show_progress=false"] if rollout == "vllm" else []),
             f"paths.log_dir={run.parent}", f"hydra.run.dir={run}", *extra]
 
 

@@ -43,12 +43,12 @@ def test_tiny_hf_tokenizer_has_a_working_chat_template(tiny_hf):
 def test_hf_model_runs_gsm8k_with_chat_template(tmp_path, tiny_hf, engine):
     cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "model=hf", f"model.name_or_path={tiny_hf}",
            "data=gsm8k", f"rollout={engine}", "data.chat_template=true", "data.system_prompt='Be brief.'",
-           "data.prompts_per_iter=4", "data.group_size=2", "data.max_new_tokens=16", "data.reward_workers=1",
-           "data.overlong_buffer=4", "data.stop=['####']", "trainer.max_epochs=2", "callbacks/entropy=none",
-           "callbacks/law=none", "algo.micro_batch_size=8", f"paths.log_dir={tmp_path}",
+           "batch.prompts_per_iter=4", "batch.group_size=2", "rollout.max_new_tokens=16", "reward.workers=1",
+           "reward.overlong_buffer=4", "rollout.stop=['####']", "trainer.max_epochs=2", "callbacks/entropy=none",
+           "callbacks/law=none", "batch.micro_batch_size=8", f"paths.log_dir={tmp_path}",
            f"hydra.run.dir={tmp_path / 'run'}"]
     if engine == "vllm":
-        cmd.append("rollout.show_progress=false")
+        cmd.append("rollout.engine.show_progress=false")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

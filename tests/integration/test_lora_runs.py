@@ -15,8 +15,8 @@ from tests.helpers import ROOT, read_scalars
 
 pytestmark = pytest.mark.integration
 
-LAB = ["data.prompts_per_iter=8", "data.group_size=4", "data.max_new_tokens=16", "data.reward_mode=inline",
-       "rollout.show_progress=false", "callbacks/entropy=adapo", "algo.micro_batch_size=16",
+LAB = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens=16", "reward.mode=inline",
+       "rollout.engine.show_progress=false", "callbacks/entropy=adapo", "batch.micro_batch_size=16",
        "model.lora={r: 4, alpha: 8}", "optim.lr=1e-3"]
 
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_first_step_ratio_is_exactly_one_in_every_precision(tmp_path, precision):
     proc = run_train(tmp_path, f"precision={precision}", "rollout=hf", "trainer.max_epochs=1",
-                     "algo.num_minibatches=1")
+                     "batch.num_minibatches=1")
     scalars = read_scalars(tmp_path / "run")
     first = sorted(scalars["train/ratio_mean"])[0][1]
     assert first == 1.0, (precision, first)  # pre-update pass and update under the same autocast

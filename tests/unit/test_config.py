@@ -22,16 +22,18 @@ def options(group: str) -> list[str]:
 
 def test_default_composition_has_every_group():
     cfg = compose_train(OUT)
-    for key in ("model", "data", "rollout", "algo", "optim", "module", "callbacks", "trainer", "logger", "paths"):
+    for key in ("model", "data", "rollout", "reward", "batch", "algo", "optim", "module", "callbacks", "trainer",
+                "logger", "paths"):
         assert key in cfg, key
     assert cfg.callbacks.entropy._target_.endswith("EntrocraftCallback")
     assert cfg.callbacks.entropy.mode == "hard" and cfg.callbacks.entropy.nsr_reward_offset == 1.0
     assert cfg.trainer.reload_dataloaders_every_n_epochs == 1
-    assert cfg.trainer.precision == "32-true" and cfg.rollout.dtype == "float32"
+    assert cfg.trainer.precision == "32-true" and cfg.rollout.engine.dtype == "float32"
 
 
-@pytest.mark.parametrize("group", ["algo", "optim", "rollout", "precision", "trainer", "logger", "debug",
-                                   "experiment", "callbacks/entropy"])
+@pytest.mark.parametrize("group", ["algo", "optim", "rollout", "reward", "batch", "data", "model", "module", "precision",
+                                   "trainer", "logger", "debug", "experiment", "callbacks/entropy",
+                                   "callbacks/diagnostics", "callbacks/eval", "callbacks/law"])
 def test_every_option_composes(group):
     for name in options(group):
         cfg = compose_train([f"{group}={name}", *OUT])
@@ -58,7 +60,7 @@ def test_entrocraft_hard_is_entrocraft_with_two_keys_changed():
 
 def test_smoke_overlay_shrinks_the_run():
     cfg = compose_train(["debug=smoke", *OUT])
-    assert cfg.trainer.max_epochs <= 3 and cfg.data.prompts_per_iter <= 8
+    assert cfg.trainer.max_epochs <= 3 and cfg.batch.prompts_per_iter <= 8
 
 
 def test_instantiate_pieces_without_engines():
@@ -124,10 +126,10 @@ def test_runs_started_in_the_same_second_get_their_own_folders():
     assert len({d.rsplit("_", 1)[0] for d in dirs}) <= 2  # started within the same second (or two)
 
 
-@pytest.mark.parametrize("override,key", [("rollout.kv_cache_gib=0", "rollout.kv_cache_gib"),
+@pytest.mark.parametrize("override,key", [("rollout.engine.kv_cache_gib=0", "rollout.engine.kv_cache_gib"),
                                           ("data=gsm8k", "outside its alphabet"),  # the char model, GSM8K text
                                           pytest.param("optim.lr=inf", "optim.lr", marks=pytest.mark.slow),
-                                          pytest.param("data.reward_workers=0", "data.reward_workers",
+                                          pytest.param("reward.workers=0", "reward.workers",
                                                        marks=pytest.mark.slow)])
 def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
     import subprocess
@@ -146,17 +148,25 @@ def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
 
 def test_values_are_checked_with_their_config_keys():
     from lit_entropy.algo import OptimConfig
-    from lit_entropy.data.prompts import CountdownPrompts
-    from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.data.batch import BatchConfig
+    from lit_entropy.rewards.config import RewardConfig
+    from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.sampler import Sampler
     from lit_entropy.rollout.vllm_engine import VLLMEngine
 
     with pytest.raises(ValueError, match="optim.lr"):
         OptimConfig(lr=float("inf"))
-    with pytest.raises(ValueError, match="data.reward_workers"):
-        RolloutDataModule(CountdownPrompts(), reward_workers=0)
-    with pytest.raises(ValueError, match="data.reward_timeout_s"):
-        RolloutDataModule(CountdownPrompts(), reward_timeout_s=float("nan"))
-    with pytest.raises(ValueError, match="rollout.kv_cache_gib"):
+    with pytest.raises(ValueError, match="reward.workers"):
+        RewardConfig(workers=0)
+    with pytest.raises(ValueError, match="reward.timeout_s"):
+        RewardConfig(timeout_s=float("nan"))
+    with pytest.raises(ValueError, match="batch.group_size"):
+        BatchConfig(group_size=1)
+    with pytest.raises(ValueError, match="rollout.top_p"):
+        SamplingConfig(top_p=0.0)
+    with pytest.raises(ValueError, match="reward.overlong_buffer"):
+        Sampler(None, SamplingConfig(max_new_tokens=8), RewardConfig(overlong_buffer=9))
+    with pytest.raises(ValueError, match="rollout.engine.kv_cache_gib"):
         VLLMEngine.validate(kv_cache_gib=-1)
-    with pytest.raises(ValueError, match="rollout.dtype"):
+    with pytest.raises(ValueError, match="rollout.engine.dtype"):
         VLLMEngine.validate(dtype="float8")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lit_entropy.algo import AlgoConfig
+from lit_entropy.data.batch import BatchConfig
 from lit_entropy.models import PolicyBundle, TinyArch, build_tiny_qwen2
 from lit_entropy.module import PolicyModule
 from lit_entropy.tokenizer import CharTokenizer
@@ -18,7 +19,8 @@ def make_module(micro_batch_size: int, **algo) -> PolicyModule:
     tok = CharTokenizer.for_countdown()
     arch = TinyArch(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=64)
     model = build_tiny_qwen2(tok.vocab_size, arch, tok, seed=3)
-    return PolicyModule(PolicyBundle(model, tok, ""), algo=AlgoConfig(micro_batch_size=micro_batch_size, **algo))
+    return PolicyModule(PolicyBundle(model, tok, ""), algo=AlgoConfig(**algo),
+                        batch=BatchConfig(micro_batch_size=micro_batch_size))
 
 
 def make_minibatch(module: PolicyModule, seed: int = 0) -> dict[str, torch.Tensor]:

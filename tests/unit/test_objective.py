@@ -122,7 +122,6 @@ def test_clip_cov_detaches_gradient_of_selected_tokens():
         ({"selection": "clip_cov", "selection_args": {"rhoo": 1}}, "rhoo"),
         ({"selection_args": {"rho": 1}}, "selection is null"),
         ({"loss_agg": "seq-mean-token-sum-norm"}, "loss_norm_constant"),
-        ({"advantage": "w_reinforce", "dynamic_sampling": True}, "pick one"),
         ({"advantage": "ppo2"}, "advantage"),
         ({"kl_kind": "k9"}, "kl_kind"),
     ],
@@ -130,6 +129,15 @@ def test_clip_cov_detaches_gradient_of_selected_tokens():
 def test_combinations_that_cannot_work_fail_at_start_up(kwargs, match):
     with pytest.raises(ValueError, match=match):
         AlgoConfig(**kwargs)
+
+
+def test_dynamic_sampling_and_a_baseline_free_estimator_fail_at_start_up():
+    from lit_entropy.data.batch import BatchConfig
+    from lit_entropy.train import check_batch_and_algo
+
+    with pytest.raises(ValueError, match="batch.dynamic_sampling .* algo.advantage=w_reinforce"):
+        check_batch_and_algo(BatchConfig(dynamic_sampling=True), AlgoConfig(advantage="w_reinforce"))
+    check_batch_and_algo(BatchConfig(dynamic_sampling=True), AlgoConfig(advantage="grpo"))
 
 
 def test_module_checkpoints_the_selection_generator():

@@ -73,6 +73,8 @@ def test_an_engine_in_another_dtype_is_reported_at_start_up(caplog):
 
     from lit_entropy.data.prompts import CountdownPrompts
     from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.rewards.config import RewardConfig
+    from lit_entropy.rollout.sampler import Sampler
     from lit_entropy.tokenizer import CharTokenizer
 
     made = []
@@ -84,14 +86,17 @@ def test_an_engine_in_another_dtype_is_reported_at_start_up(caplog):
     trainer = SimpleNamespace(world_size=1, precision="bf16-mixed")
     module = SimpleNamespace(tokenizer=CharTokenizer.for_countdown(), policy_path="unused", _trainer=trainer,
                              model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64)))
-    dm = RolloutDataModule(CountdownPrompts(), engine=engine, reward_mode="inline")
+    dm = RolloutDataModule(CountdownPrompts(), Sampler(engine, reward=RewardConfig(mode="inline")))
     with caplog.at_level("WARNING"):
-        dm._ensure_started(module)
+        dm.start(module)
     assert made and "samples in float32 but the trainer computes in bfloat16" in caplog.text
     caplog.clear()
-    trainer.precision = "32-true"
-    dm.engine = None
     with caplog.at_level("WARNING"):
-        dm._ensure_started(module)
+        dm.start(module)  # once per run, not once per iteration
+    assert "samples in" not in caplog.text
+    trainer.precision = "32-true"
+    dm.sampler.engine = None
+    with caplog.at_level("WARNING"):
+        dm.start(module)
     assert "samples in" not in caplog.text
     dm.close()

@@ -7,6 +7,7 @@ import torch
 
 from lit_entropy import prefix
 from lit_entropy.algo import AlgoConfig
+from lit_entropy.data.batch import BatchConfig
 from lit_entropy.models import PolicyBundle, TinyArch, build_tiny_qwen2
 from lit_entropy.module import PolicyModule
 from lit_entropy.rollout.base import SamplingConfig
@@ -21,7 +22,8 @@ def make_module(share: bool, micro_batch_size: int = 7, **algo) -> PolicyModule:
     tok = CharTokenizer.for_countdown()
     arch = TinyArch(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=64)
     model = build_tiny_qwen2(tok.vocab_size, arch, tok, seed=3)
-    return PolicyModule(PolicyBundle(model, tok, ""), algo=AlgoConfig(micro_batch_size=micro_batch_size, **algo),
+    return PolicyModule(PolicyBundle(model, tok, ""), algo=AlgoConfig(**algo),
+                        batch=BatchConfig(micro_batch_size=micro_batch_size),
                         share_prompts=share)
 
 

@@ -41,8 +41,12 @@ def test_chat_template_needs_a_tokenizer_that_has_one():
     from lit_entropy.data.rollout_datamodule import RolloutDataModule
     from lit_entropy.tokenizer import CharTokenizer
 
+    from lit_entropy.rewards.config import RewardConfig
+    from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.sampler import Sampler
+
     dm = RolloutDataModule(CountdownPrompts(), chat_template=True)
     with pytest.raises(ValueError, match="chat_template"):
-        dm._ensure_started(SimpleNamespace(tokenizer=CharTokenizer.for_countdown()))
+        dm.start(SimpleNamespace(tokenizer=CharTokenizer.for_countdown()))
     with pytest.raises(ValueError, match="overlong_buffer"):
-        RolloutDataModule(CountdownPrompts(), max_new_tokens=8, overlong_buffer=9)
+        Sampler(None, SamplingConfig(max_new_tokens=8), RewardConfig(overlong_buffer=9))

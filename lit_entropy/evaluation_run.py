@@ -1,0 +1,156 @@
+"""``scripts/evaluate.py``: compose ``conf/evaluate.yaml``, build the policy and the sampler, evaluate.
+
+The policy is the ``model`` group's, or — with ``ckpt_path=`` and no ``model=<option>`` choice — the model of
+the run that wrote the checkpoint (its ``.hydra/config.yaml``), with the checkpoint's weights loaded. The
+prompts are the ``data`` group's prompt source (a generated stream such as Countdown gives held-out
+problems, a dataset its first ``eval.limit``); sampling and scoring are the ``rollout`` and ``reward``
+groups', through the same :class:`~lit_entropy.rollout.sampler.Sampler` as training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lit_entropy.config_keys import upgrade_overrides
+from lit_entropy.evaluation import evaluate, held_out_prompts
+from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
+from lit_entropy.train import build_sampler
+
+log = logging.getLogger(__name__)
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_evaluate(overrides: list[str]) -> DictConfig:
+    """``conf/evaluate.yaml`` composed with ``overrides`` (old key spellings rewritten, with a warning)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="evaluate", overrides=upgrade_overrides(list(overrides)))
+
+
+def find_run_config(ckpt: Path) -> Path | None:
+    """The run's ``.hydra/config.yaml``: beside ``checkpoints/`` (or beside the checkpoint itself)."""
+    for folder in (ckpt.resolve().parent.parent, ckpt.resolve().parent):
+        candidate = folder / ".hydra" / "config.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_checkpoint_weights(model: torch.nn.Module, ckpt: Path) -> None:
+    """Load ``model.<key>`` entries of a Lightning checkpoint's state dict into ``model``."""
+    try:
+        blob = torch.load(ckpt, map_location="cpu", weights_only=True)
+    except Exception as err:  # callback states with custom objects: a trusted file of our own runs
+        log.warning("weights-only load of %s failed (%s); loading it fully", ckpt, str(err).splitlines()[0])
+        blob = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = blob.get("state_dict", blob) if isinstance(blob, dict) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"{ckpt}: no state_dict in the checkpoint")
+    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    if not weights:
+        raise ValueError(f"{ckpt}: no 'model.*' keys in the state dict (found e.g. {list(state)[:3]})")
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"{ckpt} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+                         " (set model= to the run's model, or keep .hydra/config.yaml beside checkpoints/)")
+    if tied and hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path) -> tuple[PolicyBundle, str]:
+    """The policy bundle and a one-line description of where its weights come from."""
+    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
+    run_cfg = OmegaConf.load(p) if ckpt and not model_overridden and (p := find_run_config(ckpt)) else None
+    spec: Any = instantiate((run_cfg or cfg).model)
+    what = f"{type(spec).__name__} from the run config" if run_cfg else f"{type(spec).__name__} (model group)"
+    if isinstance(spec, TinyLabPolicy):
+        spec.cache_dir = str(cfg.paths.cache_dir)
+        if ckpt is not None:  # the checkpoint brings the weights: the architecture only, outside the cache
+            ws = spec.warmstart
+            spec.warmstart = WarmStart(steps=0, batch_size=ws.batch_size, lr=ws.lr, seed=ws.seed)
+            spec.cache_dir = str(scratch)
+        else:
+            what += f", {spec.warmstart.steps} warm-start steps"
+    bundle = spec.build()
+    if ckpt is not None:
+        load_checkpoint_weights(bundle.model, ckpt)
+        what += f" + weights of {ckpt}"
+    bundle.model.eval()
+    return bundle, what
+
+
+def format_table(result: dict, header: str) -> str:
+    rows = [("eval/accuracy", result["eval/accuracy"])]
+    for k in result["ks"]:
+        rows += [(f"eval/mean@{k}", result[f"eval/mean@{k}"]), (f"eval/pass@{k}", result[f"eval/pass@{k}"])]
+    width = max(len(name) for name, _ in rows)
+    lines = [header, f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
+    lines += [f"{name:<{width}}  {value:.4f}" for name, value in rows]
+    lines.append(f"problems={result['num_problems']} samples={result['num_samples']} "
+                 f"truncated={result['truncated_frac']:.3f} reward_failures={result['reward_failures']} "
+                 f"generate={result['time/generate']:.1f}s score={result['time/score']:.1f}s")
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
+    """Evaluate the composed config's policy; print the table, write ``eval.out``; return the result."""
+    ev = cfg.eval
+    ks = sorted({int(k) for k in (ev.k if OmegaConf.is_list(ev.k) else [ev.k])})
+    if not ks or ks[0] < 1 or ks[-1] > ev.n:
+        raise ValueError(f"eval.k={ks}: every k must be in [1, eval.n={ev.n}]")
+    if ev.limit is not None and ev.limit < 1:
+        raise ValueError(f"eval.limit={ev.limit} must be >= 1 (or null)")
+    t0 = time.perf_counter()
+    sampler = build_sampler(cfg)
+    dm = instantiate(cfg.data, _partial_=True)(sampler=sampler)  # the prompt source and its formatting
+    prompts = held_out_prompts(dm.prompts, ev.limit)
+    with tempfile.TemporaryDirectory(prefix="lit-entropy-eval-") as scratch:
+        bundle, policy_desc = build_policy(cfg, model_overridden, Path(scratch))
+        if "HFEngine" in str(cfg.rollout.engine.get("_target_", "")):
+            device = "cuda" if ev.device == "auto" and torch.cuda.is_available() else ev.device
+            bundle.model.to("cpu" if device == "auto" else device)
+        sampler.start(bundle, dm.prompts.reward_fn, dm.prompts.reward_kwargs)
+        try:
+            result = evaluate(bundle, prompts, sampler, n=int(ev.n), ks=ks, seed=int(cfg.seed),
+                              prompts_per_chunk=int(ev.prompts_per_chunk),
+                              encode=lambda text: dm.encode_prompt(bundle.tokenizer, text))
+        finally:
+            sampler.close()
+    engine = str(cfg.rollout.engine._target_).rsplit(".", 1)[-1]
+    data_desc = f"{type(dm.prompts).__name__} ({len(prompts)} problems)"
+    result["config"] = {"policy": policy_desc, "data": data_desc, "engine": engine, "n": int(ev.n), "ks": ks,
+                        "sampling": OmegaConf.to_container(cfg.rollout, resolve=True), "seed": int(cfg.seed),
+                        "ckpt": cfg.ckpt_path}
+    result["time/total"] = time.perf_counter() - t0
+    s = sampler.sampling
+    header = f"policy: {policy_desc}\ndata: {data_desc}\nengine={engine} n={ev.n} T={s.temperature} top_p={s.top_p}"
+    print(format_table(result, header))
+    if ev.out:
+        out = Path(ev.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}")
+    return result
+
+
+def main(argv: list[str]) -> dict:
+    """``scripts/evaluate.py key=value ...``: Hydra overrides of ``conf/evaluate.yaml``."""
+    bad = [a for a in argv if a.startswith("-") or "=" not in a]
+    if bad:
+        raise SystemExit(f"scripts/evaluate.py takes Hydra overrides (key=value, group=option); got {bad}. "
+                         "E.g. ckpt_path=<run>/checkpoints/last.ckpt eval.n=16 'eval.k=[1,4,16]' data=math500")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    model_overridden = any(a.split("=")[0].lstrip("+~") == "model" for a in argv)  # a model=<option> choice
+    return run(compose_evaluate(argv), model_overridden)
