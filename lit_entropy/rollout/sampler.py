@@ -13,11 +13,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from lit_entropy.data.prompts import Prompt
 from lit_entropy.precision import engine_dtype_for
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rewards.runner import RewardRunner
@@ -25,6 +24,13 @@ from lit_entropy.rewards.shaping import soft_overlong_penalty
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig, truncate_at_stop
 
 log = logging.getLogger(__name__)
+
+
+class Prompt(Protocol):
+    """A problem as the reward sees it (:class:`lit_entropy.data.prompts.Prompt`)."""
+
+    text: str
+    reference: Any
 
 
 @dataclass
