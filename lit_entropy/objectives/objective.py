@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_entropy.objectives import registry
 from lit_entropy.objectives import selection as rules
 from lit_entropy.objectives.policy_loss import (
     aggregate,
@@ -30,15 +31,7 @@ from lit_entropy.objectives.policy_loss import (
     gspo_surrogate,
     ratio,
 )
-from lit_entropy.objectives.registry import (
-    KNOBS,
-    SELECTION_RULES,
-    TERM_KNOBS,
-    TERM_NEEDS,
-    ObjectiveConfig,
-    TermInputs,
-    active_terms,
-)
+from lit_entropy.objectives.registry import ObjectiveConfig, TermInputs
 
 
 class Knobs(Mapping[str, Any]):
@@ -50,15 +43,15 @@ class Knobs(Mapping[str, Any]):
     """
 
     def __init__(self, eps_low: float, eps_high: float, **coefs: Any) -> None:
-        unknown = set(coefs) - set(TERM_KNOBS)
+        unknown = set(coefs) - set(registry.TERM_KNOBS)
         if unknown:
-            raise TypeError(f"unknown knobs {sorted(unknown)}; the knobs are {KNOBS}")
-        self._values = {"eps_low": eps_low, "eps_high": eps_high, **dict.fromkeys(TERM_KNOBS, 0.0), **coefs}
+            raise TypeError(f"unknown knobs {sorted(unknown)}; the knobs are {registry.KNOBS}")
+        self._values = {"eps_low": eps_low, "eps_high": eps_high, **dict.fromkeys(registry.TERM_KNOBS, 0.0), **coefs}
 
     @classmethod
     def read(cls, owner: object) -> Knobs:
         """The current values of the attributes of ``owner`` (the module) named like the knobs."""
-        return cls(**{name: getattr(owner, name) for name in KNOBS})
+        return cls(**{name: getattr(owner, name) for name in registry.KNOBS})
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
@@ -75,7 +68,7 @@ class Knobs(Mapping[str, Any]):
         try:
             return self._values[name]
         except KeyError:
-            raise AttributeError(f"no knob {name!r}; the knobs are {KNOBS}") from None
+            raise AttributeError(f"no knob {name!r}; the knobs are {registry.KNOBS}") from None
 
     def __repr__(self) -> str:
         return f"Knobs({self._values})"
@@ -116,7 +109,7 @@ def select_tokens(
     mask = mb["response_mask"].bool()
     sel = TokenSelection(loss_mask=mask)
     if algo.selection is not None:
-        rule = SELECTION_RULES[algo.selection]
+        rule = registry.SELECTION_RULES[algo.selection]
         inputs = {param: _rule_input(source, mb, mask, knobs, current_logp, generator)
                   for param, source in rule.inputs.items()}
         args = {k: v for k, v in algo.selection_args.items() if k not in rule.extra_args}
@@ -124,7 +117,7 @@ def select_tokens(
         setattr(sel, rule.effect, chosen)
         sel.frac = float(1.0 - frac if rule.reports_kept else frac)  # report the fraction removed
     sel.num_tokens, sel.num_seqs = global_counts(sel.loss_mask)
-    for term in active_terms(knobs):
+    for term in registry.active_terms(knobs):
         if term.prepare is not None:
             sel.prepared.update(term.prepare(mb, sel.loss_mask))
     return sel
@@ -178,8 +171,8 @@ def micro_batch_loss(
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
     loss = pg_loss
     inputs = TermInputs(algo, mb, mask, logp, entropy, counts, sel.prepared)
-    for term in active_terms(knobs):
-        missing = [TERM_NEEDS[need] for need in term.needs if not inputs.has(need)]
+    for term in registry.active_terms(knobs):
+        missing = [registry.TERM_NEEDS[need] for need in term.needs if not inputs.has(need)]
         if missing:
             raise ValueError(f"loss term {term.name} ({term.knob}={knobs[term.knob]}) needs {', '.join(missing)}")
         loss = loss + term.fn(inputs, knobs[term.knob])
