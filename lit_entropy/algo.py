@@ -4,26 +4,15 @@ Batching (how many prompts, minibatches, micro-batches) is :class:`lit_entropy.d
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
-from lit_entropy.objectives import selection
-from lit_entropy.objectives.kl import KL_KINDS
-from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
+from lit_entropy.objectives import registry
 
 LOSSES = ("ppo", "gspo")
 REWARD_TRANSFORMS = ("unlikeliness",)
-_RULE_FUNCTIONS = {
-    "clip_cov": selection.clip_cov,
-    "kl_cov": selection.kl_cov,
-    "clip_b": selection.clip_b,
-    "clip_v": selection.clip_v,
-    "forking": selection.forking_tokens,
-}
-_RULE_EXTRA_ARGS = {"kl_cov": {"beta"}}  # used by kl_cov_loss rather than the selection itself
 
 
 @dataclass
@@ -53,13 +42,17 @@ class AlgoConfig:
     loss_norm_constant: float | None = None
     """The fixed divisor of ``seq-mean-token-sum-norm`` (e.g. the maximum response length)."""
     selection: str | None = None
-    """Token selection rule: clip_cov, kl_cov, clip_b, clip_v, forking (DESIGN §7.3), or null."""
+    """Token selection rule: clip_cov, kl_cov, clip_b, clip_v, forking (DESIGN §7.3; any rule of
+    :data:`lit_entropy.objectives.registry.SELECTION_RULES`), or null."""
     selection_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the rule (e.g. ``{rho: 2e-4}`` for clip_cov, ``{k: 2e-3, beta: 1}`` for kl_cov)."""
     entropy_coef: float = 0.0
     """Initial entropy-bonus coefficient (knob); 0 = off."""
     kl_coef: float = 0.0
     """Initial KL-to-reference coefficient (knob); 0 = off and no reference model is loaded."""
+    term_coefs: dict[str, float] = field(default_factory=dict)
+    """Initial coefficients of registered loss terms that have no key of their own (a new term's knob,
+    e.g. ``{my_coef: 0.01}``); a knob left out starts at 0, off until a controller sets it."""
     kl_kind: str = "k3"
     """KL estimator: k1, k2 or k3 (Schulman 2020)."""
     kl_clamp: float | None = None
@@ -70,12 +63,13 @@ class AlgoConfig:
     def __post_init__(self) -> None:
         self.advantage_args = dict(self.advantage_args or {})
         self.selection_args = dict(self.selection_args or {})
+        self.term_coefs = dict(self.term_coefs or {})
         self._check_choices()
         self._check_combinations()
         if self.advantage not in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"algo.advantage={self.advantage!r}; choose one of {ADVANTAGE_ESTIMATORS}")
-        if self.loss_agg not in LOSS_AGGREGATIONS:
-            raise ValueError(f"algo.loss_agg={self.loss_agg!r}; choose one of {LOSS_AGGREGATIONS}")
+        if self.loss_agg not in registry.LOSS_AGGREGATIONS:
+            raise ValueError(f"algo.loss_agg={self.loss_agg!r}; choose one of {registry.LOSS_AGGREGATIONS}")
         if not 0 <= self.eps_low < 1:
             raise ValueError(f"algo.eps_low={self.eps_low} must be in [0, 1)")
         if not self.eps_high >= 0:
@@ -87,37 +81,35 @@ class AlgoConfig:
                 raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 0")
         if self.kl_clamp is not None and not self.kl_clamp > 0:
             raise ValueError(f"algo.kl_clamp={self.kl_clamp} must be > 0 (or null for no clamp)")
+        own_key = [k for k in self.term_coefs if k not in registry.TERM_KNOBS or hasattr(self, k)]
+        if own_key:
+            others = [k for k in registry.TERM_KNOBS if not hasattr(self, k)]
+            raise ValueError(f"algo.term_coefs {own_key}: not a loss term's coefficient without a key of its "
+                             f"own (set algo.<knob> for those); it takes {others}")
+        if not all(math.isfinite(v) for v in self.term_coefs.values()):
+            raise ValueError(f"algo.term_coefs={self.term_coefs} must be finite numbers")
 
     def _check_choices(self) -> None:
         for name, value, allowed in (
             ("loss", self.loss, LOSSES),
-            ("kl_kind", self.kl_kind, KL_KINDS),
+            ("kl_kind", self.kl_kind, registry.KL_KINDS),
             ("reward_transform", self.reward_transform, (None, *REWARD_TRANSFORMS)),
-            ("selection", self.selection, (None, *_RULE_FUNCTIONS)),
+            ("selection", self.selection, (None, *registry.SELECTION_RULES)),
         ):
             if value not in allowed:
                 raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
-        if self.selection is not None:
-            params = set(inspect.signature(_RULE_FUNCTIONS[self.selection]).parameters)
-            allowed_args = (params - {"logp", "advantages", "mask", "already_clipped", "generator", "S", "N",
-                                      "entropy"}) | _RULE_EXTRA_ARGS.get(self.selection, set())
-            unknown = set(self.selection_args) - allowed_args
-            if unknown:
-                raise ValueError(
-                    f"algo.selection_args {sorted(unknown)} are not arguments of {self.selection}; "
-                    f"it takes {sorted(allowed_args)}"
-                )
-        elif self.selection_args:
-            raise ValueError("algo.selection_args given but algo.selection is null")
+        registry.check_selection_args(self.selection, self.selection_args)
 
     def _check_combinations(self) -> None:
         """Combinations that cannot work fail here, at start-up, naming both sides."""
-        if self.loss == "gspo" and self.selection in ("clip_cov", "kl_cov"):
+        rule = registry.SELECTION_RULES.get(self.selection) if self.selection is not None else None
+        if self.loss == "gspo" and rule is not None and rule.per_token_ratios:
             raise ValueError(
                 f"algo.loss=gspo uses one ratio per sequence; algo.selection={self.selection} acts on "
                 "per-token ratios and covariances: pick one"
             )
-        if self.dual_clip is not None and (self.loss == "gspo" or self.selection == "kl_cov"):
+        replaces_ppo = rule is not None and rule.effect == "kl_selected"  # KL-Cov's loss has no clip
+        if self.dual_clip is not None and (self.loss == "gspo" or replaces_ppo):
             raise ValueError(
                 "algo.dual_clip applies to the per-token PPO ratio; it has no meaning with "
                 f"algo.loss={self.loss} / algo.selection={self.selection}"

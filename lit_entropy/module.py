@@ -37,8 +37,9 @@ from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.lora import is_peft
-from lit_entropy.objectives.objective import Knobs, micro_batch_loss, needs_current_logp, select_tokens
+from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
+from lit_entropy.objectives.registry import initial_knobs, needs_current_logp, needs_scores
 from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
 
@@ -78,12 +79,10 @@ class PolicyModule(pl.LightningModule):
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
         self.share_prompts = share_prompts and prefix.supports_prompt_cache(self.model)
         self.automatic_optimization = False
-        # Knobs (plain attributes; controllers change them, the loss reads them).
-        self.eps_low = self.algo.eps_low
-        self.eps_high = self.algo.eps_high
-        self.entropy_coef = self.algo.entropy_coef
-        self.kl_coef = self.algo.kl_coef
-        self.pic_alpha = 0.0
+        # Knobs (plain attributes; controllers change them, the loss reads them): eps_low, eps_high and each
+        # registered loss term's coefficient (entropy_coef, kl_coef, pic_alpha, ...).
+        for name, value in initial_knobs(self.algo).items():
+            setattr(self, name, value)
         self.want_scores = False  # set by diagnostics callbacks: the pre-update pass also computes S, N
         self.rollout: RolloutBatch | None = None
         self.selection_generator = torch.Generator().manual_seed(0)
@@ -202,7 +201,7 @@ class PolicyModule(pl.LightningModule):
     def prepare_rollout(self, batch: RolloutBatch) -> None:
         """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
-        scores = self.want_scores or self.algo.selection in ("clip_b", "clip_v")
+        scores = self.want_scores or needs_scores(self.algo)
         layout = self.prompt_layout(batch)
         out = self._no_grad_pass(batch.input_ids, batch.attention_mask, layout=layout, with_entropy=True,
                                  with_scores=scores)
@@ -256,7 +255,7 @@ class PolicyModule(pl.LightningModule):
 
     # ---- update ----------------------------------------------------------------------------------
     def knobs(self) -> Knobs:
-        return Knobs(self.eps_low, self.eps_high, self.entropy_coef, self.kl_coef, self.pic_alpha)
+        return Knobs.read(self)
 
     def training_step(self, minibatch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """One optimizer step: selection over the whole minibatch, then accumulated micro-batches."""

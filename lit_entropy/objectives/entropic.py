@@ -12,10 +12,20 @@ The mean divides by the high-probability token count of the WHOLE minibatch (``c
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from lit_entropy.objectives.policy_loss import LOG_RATIO_CLAMP
+
+PIC_PROB_THRESHOLD = 0.95
+"""EntroPIC acts on tokens the pre-update policy gave probability above this."""
+
+
+def high_prob_tokens(old_logp: Tensor, loss_mask: Tensor, threshold: float = PIC_PROB_THRESHOLD) -> Tensor:
+    """[B, L] bool: the loss tokens whose pre-update probability is above ``threshold``."""
+    return loss_mask & (old_logp > math.log(threshold))
 
 
 def entropic_term(

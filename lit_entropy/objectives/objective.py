@@ -2,49 +2,76 @@
 
 Two steps, so that nothing depends on how a minibatch is split into micro-batches:
 
-1. :func:`select_tokens` runs once on the WHOLE minibatch: the token selection rule (DESIGN §7.3) and
-   the global counts that normalise the aggregation.
+1. :func:`select_tokens` runs once on the WHOLE minibatch: the token selection rule (DESIGN §7.3), the
+   global counts that normalise the aggregation, and what the active loss terms need over the whole
+   minibatch (EntroPIC's confident tokens and their count).
 2. :func:`micro_batch_loss` runs per micro-batch: surrogate (PPO-clip, GSPO or KL-Cov), selection,
-   aggregation with the global counts, entropy bonus and KL penalty. Summing its value over the
-   micro-batches (gradient accumulation) gives exactly the minibatch loss.
+   aggregation with the global counts, then every active loss term (EntroPIC, entropy bonus, KL
+   penalty). Summing its value over the micro-batches (gradient accumulation) gives exactly the
+   minibatch loss.
+
+Which rules and terms exist, and what each needs, is declared in :mod:`lit_entropy.objectives.registry`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from lit_entropy.algo import AlgoConfig
+from lit_entropy.objectives import registry
 from lit_entropy.objectives import selection as rules
-from lit_entropy.objectives.entropic import entropic_term
-from lit_entropy.objectives.kl import kl_estimate
 from lit_entropy.objectives.policy_loss import (
     aggregate,
     clipped_surrogate,
-    entropy_bonus,
     global_counts,
     gspo_surrogate,
     ratio,
 )
+from lit_entropy.objectives.registry import ObjectiveConfig, TermInputs
 
 
-@dataclass
-class Knobs:
-    """The values controllers may change between steps (read from the module every step)."""
+class Knobs(Mapping[str, Any]):
+    """Knob name -> value for one optimizer step, read from the module (controllers change them between steps).
 
-    eps_low: float
-    eps_high: float
-    entropy_coef: float
-    kl_coef: float
-    pic_alpha: float = 0.0
-    """EntroPIC's weight on high-probability tokens (Yang et al. 2025); 0 = off."""
+    The knobs are the clip range (``eps_low``, ``eps_high``) and each registered loss term's coefficient
+    (:data:`~lit_entropy.objectives.registry.KNOBS`); a coefficient left out is 0 (its term is off).
+    ``knobs["kl_coef"]`` and ``knobs.kl_coef`` read the same value.
+    """
 
+    def __init__(self, eps_low: float, eps_high: float, **coefs: Any) -> None:
+        unknown = set(coefs) - set(registry.TERM_KNOBS)
+        if unknown:
+            raise TypeError(f"unknown knobs {sorted(unknown)}; the knobs are {registry.KNOBS}")
+        self._values = {"eps_low": eps_low, "eps_high": eps_high, **dict.fromkeys(registry.TERM_KNOBS, 0.0), **coefs}
 
-PIC_PROB_THRESHOLD = 0.95
-"""EntroPIC acts on tokens the pre-update policy gave probability above this."""
+    @classmethod
+    def read(cls, owner: object) -> Knobs:
+        """The current values of the attributes of ``owner`` (the module) named like the knobs."""
+        return cls(**{name: getattr(owner, name) for name in registry.KNOBS})
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no knob {name!r}; the knobs are {registry.KNOBS}") from None
+
+    def __repr__(self) -> str:
+        return f"Knobs({self._values})"
 
 
 @dataclass
@@ -59,61 +86,66 @@ class TokenSelection:
     """Fraction of response tokens the rule touched (``train/masked_frac_<rule>``)."""
     num_tokens: Tensor | None = None
     num_seqs: Tensor | None = None
-    high_prob: Tensor | None = None
-    """[B, L] bool: loss tokens with pre-update probability > 0.95 (EntroPIC), when it is on."""
-    num_high_prob: Tensor | None = None
+    prepared: dict[str, Tensor] = field(default_factory=dict)
+    """What the active loss terms' ``prepare`` computed over the whole minibatch ([B, L] tensors, 0-dim totals)."""
 
     def rows(self, rows: slice | Tensor, width: int | None = None) -> TokenSelection:
         """The selection of a micro-batch: ``rows`` (slice or index tensor), the first ``width`` columns."""
         cut = lambda t: None if t is None else t[rows][:, :width]  # noqa: E731
+        prepared = {k: v if v.dim() == 0 else cut(v) for k, v in self.prepared.items()}
         return TokenSelection(cut(self.loss_mask), cut(self.detach), cut(self.kl_selected), self.frac,
-                              self.num_tokens, self.num_seqs, cut(self.high_prob), self.num_high_prob)
-
-
-def needs_current_logp(algo: AlgoConfig) -> bool:
-    """Clip-Cov and KL-Cov rank tokens by the current policy's log-probs over the whole minibatch."""
-    return algo.selection in ("clip_cov", "kl_cov")
+                              self.num_tokens, self.num_seqs, prepared)
 
 
 def select_tokens(
-    algo: AlgoConfig,
+    algo: ObjectiveConfig,
     mb: dict[str, Tensor],
-    knobs: Knobs,
+    knobs: Mapping[str, Any],
     current_logp: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> TokenSelection:
-    """Apply ``algo.selection`` to the whole minibatch ``mb`` and compute the global counts."""
+    """Apply ``algo.selection`` to the whole minibatch ``mb``, compute the global counts and what the active
+    loss terms prepare over the whole minibatch."""
     mask = mb["response_mask"].bool()
-    adv = mb["token_advantages"]
-    args = dict(algo.selection_args)
     sel = TokenSelection(loss_mask=mask)
-    if algo.selection == "clip_cov":
-        r = ratio(current_logp, mb["old_logp"])
-        clipped = ((adv > 0) & (r > 1 + knobs.eps_high)) | ((adv < 0) & (r < 1 - knobs.eps_low))
-        sel.detach, frac = rules.clip_cov(current_logp, adv, mask, clipped & mask, generator=generator, **args)
-    elif algo.selection == "kl_cov":
-        args.pop("beta", None)
-        sel.kl_selected, frac = rules.kl_cov(current_logp, adv, mask, **args)
-    elif algo.selection == "clip_b":
-        sel.loss_mask, frac = rules.clip_b(mb["disc_s"], adv, mask, **args)
-    elif algo.selection == "clip_v":
-        sel.loss_mask, frac = rules.clip_v(mb["disc_s"], mb["disc_n"], adv, mask, **args)
-    elif algo.selection == "forking":
-        sel.loss_mask, frac = rules.forking_tokens(mb["entropy"], mask, **args)
-        frac = 1.0 - frac  # report the fraction removed, like the other rules
-    else:
-        frac = None
-    sel.frac = None if frac is None else float(frac)
+    if algo.selection is not None:
+        rule = registry.SELECTION_RULES[algo.selection]
+        inputs = {param: _rule_input(source, mb, mask, knobs, current_logp, generator)
+                  for param, source in rule.inputs.items()}
+        args = {k: v for k, v in algo.selection_args.items() if k not in rule.extra_args}
+        chosen, frac = rule.fn(**inputs, **args)
+        setattr(sel, rule.effect, chosen)
+        sel.frac = float(1.0 - frac if rule.reports_kept else frac)  # report the fraction removed
     sel.num_tokens, sel.num_seqs = global_counts(sel.loss_mask)
-    if knobs.pic_alpha != 0:
-        sel.high_prob = sel.loss_mask & (mb["old_logp"] > math.log(PIC_PROB_THRESHOLD))
-        sel.num_high_prob = sel.high_prob.sum()
+    for term in registry.active_terms(knobs):
+        if term.prepare is not None:
+            sel.prepared.update(term.prepare(mb, sel.loss_mask))
     return sel
 
 
+def _rule_input(source: str, mb: dict[str, Tensor], mask: Tensor, knobs: Mapping[str, Any],
+                current_logp: Tensor | None, generator: torch.Generator | None) -> Any:
+    """The :data:`~lit_entropy.objectives.registry.RULE_INPUTS` entry ``source`` for this minibatch."""
+    if source in ("current_logp", "ppo_clipped") and current_logp is None:
+        raise ValueError(f"the selection rule needs {source}: pass the current policy's log-probs (current_logp)")
+    match source:
+        case "mask":
+            return mask
+        case "current_logp":
+            return current_logp
+        case "ppo_clipped":
+            adv, r = mb["token_advantages"], ratio(current_logp, mb["old_logp"])
+            clipped = ((adv > 0) & (r > 1 + knobs["eps_high"])) | ((adv < 0) & (r < 1 - knobs["eps_low"]))
+            return clipped & mask
+        case "generator":
+            return generator
+        case _:
+            return mb[source]
+
+
 def micro_batch_loss(
-    algo: AlgoConfig,
-    knobs: Knobs,
+    algo: ObjectiveConfig,
+    knobs: Mapping[str, Any],
     mb: dict[str, Tensor],
     sel: TokenSelection,
     logp: Tensor,
@@ -124,13 +156,13 @@ def micro_batch_loss(
     adv, old = mb["token_advantages"], mb["old_logp"]
     counts = {"num_tokens": sel.num_tokens, "num_seqs": sel.num_seqs, "norm_constant": algo.loss_norm_constant}
     if algo.loss == "gspo":
-        loss_tok, info = gspo_surrogate(logp, old, adv, mask, knobs.eps_low, knobs.eps_high)
+        loss_tok, info = gspo_surrogate(logp, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
     elif sel.kl_selected is not None:
         loss_tok = rules.kl_cov_loss(logp, old, adv, sel.kl_selected, beta=algo.selection_args.get("beta", 1.0))
         none = torch.zeros_like(mask)
         info = {"clipped_low": none, "clipped_high": none}
     else:
-        loss_tok, info = clipped_surrogate(logp, old, adv, knobs.eps_low, knobs.eps_high, algo.dual_clip,
+        loss_tok, info = clipped_surrogate(logp, old, adv, knobs["eps_low"], knobs["eps_high"], algo.dual_clip,
                                            mask=mask)
     if sel.detach is not None:  # Clip-Cov: no gradient, and no value either (train/pg_loss reports the rest)
         loss_tok = torch.where(sel.detach, torch.zeros((), device=loss_tok.device), loss_tok)
@@ -138,12 +170,12 @@ def micro_batch_loss(
         loss_tok = loss_tok * mb["row_weight"][:, None]
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
     loss = pg_loss
-    if knobs.pic_alpha != 0 and sel.high_prob is not None:
-        loss = loss + knobs.pic_alpha * entropic_term(logp, old, adv, sel.high_prob, sel.num_high_prob)
-    if knobs.entropy_coef > 0:
-        if entropy is None:
-            raise ValueError("the entropy bonus needs the entropy with gradient")
-        loss = loss + entropy_bonus(entropy, mask, knobs.entropy_coef, algo.loss_agg, **counts)
+    inputs = TermInputs(algo, mb, mask, logp, entropy, counts, sel.prepared)
+    for term in registry.active_terms(knobs):
+        missing = [registry.TERM_NEEDS[need] for need in term.needs if not inputs.has(need)]
+        if missing:
+            raise ValueError(f"loss term {term.name} ({term.knob}={knobs[term.knob]}) needs {', '.join(missing)}")
+        loss = loss + term.fn(inputs, knobs[term.knob])
     with torch.no_grad():
         r = ratio(logp.detach(), old)
         stats = {
@@ -155,9 +187,6 @@ def micro_batch_loss(
         }
         if entropy is not None:
             stats["entropy"] = torch.where(mask, entropy.detach(), 0.0).sum()
-    if "ref_logp" in mb:
-        kl_tok = kl_estimate(logp, mb["ref_logp"], algo.kl_kind, mask=mask, clamp=algo.kl_clamp)
-        if knobs.kl_coef > 0:
-            loss = loss + knobs.kl_coef * aggregate(kl_tok, mask, algo.loss_agg, **counts)
-        stats["kl"] = torch.where(mask, kl_tok.detach(), 0.0).sum()
+    if "ref_logp" in mb:  # logged whatever kl_coef is (the KL term computed it with gradient when on)
+        stats["kl"] = torch.where(mask, inputs.kl_tokens.detach(), 0.0).sum()
     return loss, stats

@@ -13,7 +13,7 @@ Counts from fractions (``⌊ρ·N⌋``, ``⌈top_frac·N⌉``) use the decimal v
 (``Fraction(repr(x))``), so ``⌊0.29·100⌋ = 29`` even though ``0.29 * 100 == 28.999…`` in binary floats.
 Top-K selections sort with a stable sort: ties go to the earlier token in row-major ``[B, L]`` order.
 
-Rules:
+Rules (each registered, with the batch tensors it needs, in :mod:`lit_entropy.objectives.registry`):
 
 * :func:`clip_cov` / :func:`kl_cov` (+ :func:`kl_cov_loss`) — Cui et al. 2025, "The Entropy Mechanism of
   Reinforcement Learning for Reasoning Language Models".
@@ -32,9 +32,6 @@ import torch
 from torch import Tensor
 
 from lit_entropy.objectives.policy_loss import ratio
-
-SELECTION_RULES = ("clip_cov", "kl_cov", "clip_b", "clip_v", "forking")
-
 
 # ----------------------------------------------------------------------------------------------- helpers
 

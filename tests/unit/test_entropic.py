@@ -12,8 +12,8 @@ import torch
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.callbacks.entropic import EntroPICCallback
 from lit_entropy.data.batch import RolloutBatch
-from lit_entropy.objectives.entropic import entropic_term
-from lit_entropy.objectives.objective import PIC_PROB_THRESHOLD, Knobs, micro_batch_loss, select_tokens
+from lit_entropy.objectives.entropic import PIC_PROB_THRESHOLD, entropic_term
+from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from tests.helpers import small_rollout_batch
 
 
@@ -282,12 +282,12 @@ def test_tokens_below_the_threshold_are_untouched_in_the_objective():
     adv = torch.tensor([1.0, -2.0])
     mb = {"response_mask": mask, "token_advantages": adv[:, None].expand(2, 6).clone(), "old_logp": old}
     algo = AlgoConfig()
-    off, on = Knobs(0.2, 0.2, 0.0, 0.0), Knobs(0.2, 0.2, 0.0, 0.0, pic_alpha=0.5)
-    assert select_tokens(algo, mb, off).high_prob is None
+    off, on = Knobs(0.2, 0.2), Knobs(0.2, 0.2, pic_alpha=0.5)
+    assert "high_prob" not in select_tokens(algo, mb, off).prepared
     sel = select_tokens(algo, mb, on)
     expected = torch.tensor([[0, 1, 1, 0, 0, 0], [0, 1, 0, 1, 0, 1]], dtype=torch.bool)
-    assert torch.equal(sel.high_prob, expected)  # > 0.95 and in the loss; the masked 0.999 excluded
-    assert int(sel.num_high_prob) == 5
+    assert torch.equal(sel.prepared["high_prob"], expected)  # > 0.95 and in the loss; the masked 0.999 excluded
+    assert int(sel.prepared["num_high_prob"]) == 5
 
     grads = {}
     for name, knobs in (("off", off), ("on", on)):

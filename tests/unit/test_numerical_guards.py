@@ -88,7 +88,7 @@ def test_clip_cov_reports_pg_loss_without_the_detached_tokens_value():
         "token_advantages": torch.randn(B, generator=g)[:, None].expand(B, L).clone(),
         "old_logp": logp.detach() + 0.1 * torch.randn(B, L, generator=g),
     }
-    knobs = Knobs(0.2, 0.2, 0.0, 0.0)
+    knobs = Knobs(0.2, 0.2)
     sel = select_tokens(algo, mb, knobs, logp.detach(), torch.Generator().manual_seed(0))
     assert sel.detach.any()
     loss, stats = micro_batch_loss(algo, knobs, mb, sel, logp, None)

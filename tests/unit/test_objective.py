@@ -80,7 +80,7 @@ ALGOS = {
 @pytest.mark.parametrize("name", sorted(ALGOS))
 def test_whole_objective_is_micro_batch_invariant(name):
     algo = ALGOS[name]
-    knobs = Knobs(algo.eps_low, algo.eps_high, algo.entropy_coef, algo.kl_coef)
+    knobs = Knobs(algo.eps_low, algo.eps_high, entropy_coef=algo.entropy_coef, kl_coef=algo.kl_coef)
     ref_loss, ref_grads = grads_for(algo, knobs, 1)
     for splits in (2, 4):
         loss, grads = grads_for(algo, knobs, splits)
@@ -95,7 +95,7 @@ def test_selection_rules_touch_tokens_and_report_it(name):
     algo = ALGOS[name]
     with torch.no_grad():
         current, _ = logp_entropy(model, mb["input_ids"])
-    sel = select_tokens(algo, mb, Knobs(0.2, 0.2, 0.0, 0.0), current)
+    sel = select_tokens(algo, mb, Knobs(0.2, 0.2), current)
     assert sel.frac is not None and 0 < sel.frac < 1
     assert not (sel.loss_mask & ~mb["response_mask"]).any()
 
@@ -103,7 +103,7 @@ def test_selection_rules_touch_tokens_and_report_it(name):
 def test_clip_cov_detaches_gradient_of_selected_tokens():
     algo = AlgoConfig(selection="clip_cov", selection_args={"rho": 0.2, "bound_low": -1e9, "bound_high": 1e9})
     mb, model = make_minibatch()
-    knobs = Knobs(0.2, 0.2, 0.0, 0.0)
+    knobs = Knobs(0.2, 0.2)
     logp, ent = logp_entropy(model, mb["input_ids"])
     sel = select_tokens(algo, mb, knobs, logp.detach())
     logp.retain_grad()
@@ -157,7 +157,7 @@ def test_module_checkpoints_the_selection_generator():
 
 def test_row_weight_scales_each_rows_loss():
     algo = AlgoConfig()
-    knobs = Knobs(0.2, 0.2, 0.0, 0.0)
+    knobs = Knobs(0.2, 0.2)
     mb, model = make_minibatch()
     logp, ent = logp_entropy(model, mb["input_ids"])
     sel = select_tokens(algo, mb, knobs)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from lit_entropy.objectives.policy_loss import ratio
+from lit_entropy.objectives.registry import SELECTION_RULES
 from lit_entropy.objectives.selection import (
-    SELECTION_RULES,
     clip_b,
     clip_cov,
     clip_v,
@@ -38,7 +38,7 @@ C = _t([[2.5, -1.5, 0.0], [-2.5, 3.5, 0.0]])
 
 
 def test_rule_names():
-    assert SELECTION_RULES == ("clip_cov", "kl_cov", "clip_b", "clip_v", "forking")
+    assert tuple(SELECTION_RULES) == ("clip_cov", "kl_cov", "clip_b", "clip_v", "forking")
 
 
 def test_covariance_terms_hand_values_and_per_sequence_advantages():

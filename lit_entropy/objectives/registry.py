@@ -1,0 +1,259 @@
+"""The one place where token-selection rules and loss terms are registered, with what each one needs.
+
+* A **selection rule** is a pure function of :mod:`lit_entropy.objectives.selection` plus one
+  :class:`SelectionRule` entry in :data:`SELECTION_RULES`: which batch tensor each of its tensor
+  parameters receives (:data:`RULE_INPUTS`), what its returned mask does (:data:`RULE_EFFECTS`); its
+  other keyword arguments are the ``algo.selection_args`` it accepts.
+* A **loss term** is a function returning its contribution to the loss plus one :class:`LossTerm` entry
+  in :data:`LOSS_TERMS`: the knob it reads (its coefficient, which controllers may change between
+  steps) and the tensors it needs.
+
+:mod:`lit_entropy.objectives.objective` applies the entries, :class:`lit_entropy.algo.AlgoConfig`
+validates against them and the module asks the queries at the bottom (e.g. :func:`needs_scores`).
+This file imports no config: the queries read ``algo.selection`` etc. from whatever object they get.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from lit_entropy.objectives import selection
+from lit_entropy.objectives.entropic import entropic_term, high_prob_tokens
+from lit_entropy.objectives.kl import KL_KINDS, kl_estimate
+from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
+from lit_entropy.objectives.policy_loss import aggregate, entropy_bonus
+
+__all__ = ["KL_KINDS", "LOSS_AGGREGATIONS", "KNOBS", "LOSS_TERMS", "SELECTION_RULES", "TERM_KNOBS"]
+
+
+class ObjectiveConfig(Protocol):
+    """What the objective reads from ``algo`` (:class:`lit_entropy.algo.AlgoConfig`)."""
+
+    loss: str
+    selection: str | None
+    selection_args: dict[str, Any]
+    dual_clip: float | None
+    loss_agg: str
+    loss_norm_constant: float | None
+    kl_kind: str
+    kl_clamp: float | None
+
+
+# --------------------------------------------------------------------------------------------- selection
+
+RULE_INPUTS: dict[str, str] = {
+    "mask": "[B, L] bool response tokens",
+    "token_advantages": "[B, L] advantages",
+    "old_logp": "[B, L] pre-update log-probs",
+    "entropy": "[B, L] pre-update entropy",
+    "disc_s": "[B, L] discriminator score S (the pre-update pass computes it only for rules that ask)",
+    "disc_n": "[B, L] its on-policy baseline N (idem)",
+    "current_logp": "[B, L] the current policy's log-probs over the whole minibatch (one extra no-grad forward)",
+    "ppo_clipped": "[B, L] bool response tokens where the PPO clip is active at the current ratio "
+                   "(reads the knobs eps_low and eps_high; needs current_logp)",
+    "generator": "the module's seeded torch.Generator (checkpointed), for random picks",
+}
+"""What a rule's tensor parameters can receive: batch fields, or quantities the objective derives."""
+
+RULE_EFFECTS: dict[str, str] = {
+    "loss_mask": "the tokens kept in the loss (the others leave it and its counts)",
+    "detach": "tokens whose loss is zeroed: no value, no gradient (they still count)",
+    "kl_selected": "tokens that get KL-Cov's penalty; the PPO surrogate becomes KL-Cov's loss",
+}
+"""What a rule's returned mask does in the loss (the :class:`~lit_entropy.objectives.objective.TokenSelection` field it fills)."""
+
+
+@dataclass(frozen=True)
+class SelectionRule:
+    """A registered rule: ``fn(**inputs, **selection_args) -> (mask [B, L] bool, frac)``, over the whole minibatch."""
+
+    name: str
+    fn: Callable[..., tuple[Tensor, Tensor]]
+    inputs: dict[str, str]
+    """Parameter of ``fn`` -> the :data:`RULE_INPUTS` entry it receives. Its other parameters are ``args``."""
+    effect: str = "loss_mask"
+    """What the returned mask does (:data:`RULE_EFFECTS`)."""
+    extra_args: tuple[str, ...] = ()
+    """``selection_args`` the rule accepts but ``fn`` does not take (read by its effect, e.g. KL-Cov's ``beta``)."""
+    reports_kept: bool = False
+    """``fn``'s ``frac`` is the fraction kept; ``train/masked_frac_<rule>`` reports 1 − frac (the fraction removed)."""
+    per_token_ratios: bool = False
+    """Acts on per-token ratios or covariances, so it cannot pair with ``loss=gspo`` (one ratio per sequence)."""
+
+    def __post_init__(self) -> None:
+        params = inspect.signature(self.fn).parameters
+        bad = {p: s for p, s in self.inputs.items() if p not in params or s not in RULE_INPUTS}
+        if bad or self.effect not in RULE_EFFECTS:
+            raise ValueError(f"selection rule {self.name}: inputs {bad} / effect {self.effect!r} are not "
+                             f"parameters of {self.fn.__name__} and entries of RULE_INPUTS / RULE_EFFECTS")
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """The ``algo.selection_args`` keys this rule accepts."""
+        params = inspect.signature(self.fn).parameters
+        return tuple(p for p in params if p not in self.inputs) + self.extra_args
+
+    @property
+    def needs_current_logp(self) -> bool:
+        return bool({"current_logp", "ppo_clipped"} & set(self.inputs.values()))
+
+    @property
+    def needs_scores(self) -> bool:
+        return bool({"disc_s", "disc_n"} & set(self.inputs.values()))
+
+
+SELECTION_RULES: dict[str, SelectionRule] = {rule.name: rule for rule in (
+    SelectionRule("clip_cov", selection.clip_cov, effect="detach", per_token_ratios=True,
+                  inputs={"logp": "current_logp", "advantages": "token_advantages", "mask": "mask",
+                          "already_clipped": "ppo_clipped", "generator": "generator"}),
+    SelectionRule("kl_cov", selection.kl_cov, effect="kl_selected", extra_args=("beta",), per_token_ratios=True,
+                  inputs={"logp": "current_logp", "advantages": "token_advantages", "mask": "mask"}),
+    SelectionRule("clip_b", selection.clip_b,
+                  inputs={"S": "disc_s", "advantages": "token_advantages", "mask": "mask"}),
+    SelectionRule("clip_v", selection.clip_v,
+                  inputs={"S": "disc_s", "N": "disc_n", "advantages": "token_advantages", "mask": "mask"}),
+    SelectionRule("forking", selection.forking_tokens, reports_kept=True,
+                  inputs={"entropy": "entropy", "mask": "mask"}),
+)}
+
+
+# ------------------------------------------------------------------------------------------- loss terms
+
+
+@dataclass
+class TermInputs:
+    """One micro-batch as a loss term sees it (rows already sliced)."""
+
+    algo: ObjectiveConfig
+    mb: Mapping[str, Tensor]
+    """The micro-batch's batch fields: ``old_logp``, ``token_advantages``, ``ref_logp`` when loaded, …"""
+    mask: Tensor
+    """[B, L] bool: the loss tokens (after the selection rule)."""
+    logp: Tensor
+    """[B, L] current log-probs, with gradient."""
+    entropy: Tensor | None
+    """[B, L] entropy, with gradient only when an active term needs it (:func:`needs_entropy_grad`)."""
+    counts: dict[str, Any]
+    """The minibatch-global ``num_tokens``, ``num_seqs`` and ``norm_constant`` of the aggregation."""
+    prepared: dict[str, Tensor] = field(default_factory=dict)
+    """What the active terms' ``prepare`` computed over the whole minibatch, these rows."""
+
+    def aggregate(self, values: Tensor) -> Tensor:
+        """``values`` [B, L] aggregated like the policy loss (same mode, same global counts)."""
+        return aggregate(values, self.mask, self.algo.loss_agg, **self.counts)
+
+    @cached_property
+    def kl_tokens(self) -> Tensor:
+        """Per-token KL estimate to the reference policy (the KL term penalises it, ``train/kl_ref`` logs it)."""
+        return kl_estimate(self.logp, self.mb["ref_logp"], self.algo.kl_kind, mask=self.mask, clamp=self.algo.kl_clamp)
+
+    def has(self, need: str) -> bool:
+        return self.entropy is not None if need == "entropy" else need in self.mb or need in self.prepared
+
+
+TERM_NEEDS: dict[str, str] = {
+    "entropy": "the entropy with gradient",
+    "ref_logp": "the reference policy's log-probs (loaded when algo.kl_coef > 0)",
+}
+"""Tensors a term may need beyond ``logp``, ``old_logp``, ``token_advantages`` and the mask."""
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """A registered term: ``loss += fn(inputs, knob value)`` on every micro-batch while the term is on."""
+
+    name: str
+    knob: str
+    """The module attribute (and :class:`~lit_entropy.objectives.objective.Knobs` entry) holding its coefficient."""
+    fn: Callable[[TermInputs, Any], Tensor]
+    needs: tuple[str, ...] = ()
+    """:data:`TERM_NEEDS` entries; a missing one is an error while the term is on."""
+    signed: bool = False
+    """On for any non-zero coefficient (EntroPIC's α ∈ [−1, 1]); otherwise on only for a coefficient > 0."""
+    prepare: Callable[[Mapping[str, Tensor], Tensor], dict[str, Tensor]] | None = None
+    """``prepare(minibatch, loss_mask)``, run once over the WHOLE minibatch while the term is on: [B, L]
+    tensors (sliced per micro-batch) and 0-dim totals (kept whole) that land in ``TermInputs.prepared``."""
+
+    def is_on(self, knobs: Mapping[str, Any]) -> bool:
+        value = knobs[self.knob]
+        return bool(value != 0) if self.signed else bool(value > 0)
+
+
+def _confident_tokens(mb: Mapping[str, Tensor], loss_mask: Tensor) -> dict[str, Tensor]:
+    high = high_prob_tokens(mb["old_logp"], loss_mask)
+    return {"high_prob": high, "num_high_prob": high.sum()}
+
+
+def _entropic(t: TermInputs, alpha: Any) -> Tensor:
+    """EntroPIC (Yang et al. 2025): α · mean over the minibatch's confident loss tokens of (−r·|A|)."""
+    p = t.prepared
+    return alpha * entropic_term(t.logp, t.mb["old_logp"], t.mb["token_advantages"], p["high_prob"], p["num_high_prob"])
+
+
+def _entropy_bonus(t: TermInputs, coef: Any) -> Tensor:
+    """−coef · aggregated entropy."""
+    return entropy_bonus(t.entropy, t.mask, coef, t.algo.loss_agg, **t.counts)
+
+
+def _kl_penalty(t: TermInputs, coef: Any) -> Tensor:
+    """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``)."""
+    return coef * t.aggregate(t.kl_tokens)
+
+
+LOSS_TERMS: dict[str, LossTerm] = {term.name: term for term in (  # added to the loss in this order
+    LossTerm("entropic", "pic_alpha", _entropic, signed=True, prepare=_confident_tokens),
+    LossTerm("entropy_bonus", "entropy_coef", _entropy_bonus, needs=("entropy",)),
+    LossTerm("kl_penalty", "kl_coef", _kl_penalty, needs=("ref_logp",)),
+)}
+
+TERM_KNOBS: tuple[str, ...] = tuple(term.knob for term in LOSS_TERMS.values())
+KNOBS: tuple[str, ...] = ("eps_low", "eps_high", *TERM_KNOBS)
+"""Everything a controller may change between steps: the clip range and each loss term's coefficient."""
+
+
+# ---------------------------------------------------------------------------------------------- queries
+
+
+def check_selection_args(name: str | None, args: Mapping[str, Any]) -> None:
+    """Raise naming ``algo.selection_args`` when ``args`` are not arguments of the (registered) rule ``name``."""
+    if name is None:
+        if args:
+            raise ValueError("algo.selection_args given but algo.selection is null")
+        return
+    allowed = SELECTION_RULES[name].args
+    unknown = set(args) - set(allowed)
+    if unknown:
+        raise ValueError(f"algo.selection_args {sorted(unknown)} are not arguments of {name}; it takes {sorted(allowed)}")
+
+
+def needs_current_logp(algo: ObjectiveConfig) -> bool:
+    """The rule ranks tokens by the current policy's log-probs over the whole minibatch (an extra no-grad pass)."""
+    return algo.selection is not None and SELECTION_RULES[algo.selection].needs_current_logp
+
+
+def needs_scores(algo: ObjectiveConfig) -> bool:
+    """The pre-update pass must compute the discriminator scores S, N for the rule."""
+    return algo.selection is not None and SELECTION_RULES[algo.selection].needs_scores
+
+
+def active_terms(knobs: Mapping[str, Any]) -> list[LossTerm]:
+    """The loss terms whose coefficient is on, in :data:`LOSS_TERMS` order."""
+    return [term for term in LOSS_TERMS.values() if term.is_on(knobs)]
+
+
+def needs_entropy_grad(knobs: Mapping[str, Any]) -> bool:
+    """An active term back-propagates through the entropy (the update must keep its graph)."""
+    return any("entropy" in term.needs for term in active_terms(knobs))
+
+
+def initial_knobs(algo: Any) -> dict[str, Any]:
+    """Each knob's value when training starts: ``algo.<knob>`` where the config has that key, else
+    ``algo.term_coefs[<knob>]``, else 0 (the term is off until a controller sets it)."""
+    coefs = getattr(algo, "term_coefs", {})
+    return {name: getattr(algo, name) if hasattr(algo, name) else coefs.get(name, 0.0) for name in KNOBS}
