@@ -8,13 +8,12 @@ count as the normaliser (manual optimisation, so no hidden division by the accum
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
 ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
 
-Micro-batches take rows longest first and are cut to their longest row (no compute on padding).
-With ``share_prompts`` each group's prompt runs once and its completions run on the prompt's cached keys
-and values (:mod:`lit_entropy.prefix`); the update back-propagates the prompt pass once per optimizer step.
-On W ranks (DDP or FSDP2) every rank holds the same rollout batch and the same minibatches; the
-micro-batches, which do not depend on W, are dealt out to the ranks. Passes without gradient
-all-gather their results; each optimizer step normalises with the whole minibatch's counts, runs the
-same number of micro-batches on every rank (a zero-weight padding micro-batch where a rank has fewer)
+Every forward pass goes through :mod:`lit_entropy.passes` (:meth:`PolicyModule.row_passes`): rows run
+whole, or, with ``share_prompts``, each group's prompt once and its completions on the prompt's cached keys
+and values. A training step reads: token selection over the whole minibatch; for each of this rank's
+micro-batches, the loss and its backward; ``finish_backward`` (the shared prompts' prompt pass); gradient
+clipping and the optimizer step; ``train/*`` logging. On W ranks (DDP or FSDP2) every rank holds the same
+rollout batch and the same minibatches; each optimizer step normalises with the whole minibatch's counts
 and scales the loss by W so that the strategies' gradient averaging yields the one-rank gradient sum.
 ``train/*`` sums are reduced over ranks before they are logged.
 """
@@ -31,11 +30,9 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy import advantages as adv
-from lit_entropy import prefix
+from lit_entropy import passes
 from lit_entropy.algo import AlgoConfig, OptimConfig
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
-from lit_entropy.diagnostics.discriminator import token_scores
-from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
@@ -77,7 +74,7 @@ class PolicyModule(pl.LightningModule):
         self.num_text_samples = num_text_samples
         self.uniform_entropy_tol = uniform_entropy_tol
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
-        self.share_prompts = share_prompts and prefix.supports_prompt_cache(self.model)
+        self.share_prompts = share_prompts
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them): eps_low, eps_high and each
         # registered loss term's coefficient (entropy_coef, kl_coef, pic_alpha, ...).
@@ -98,99 +95,29 @@ class PolicyModule(pl.LightningModule):
         self._grad_norm = torch.zeros(())
 
     # ---- forward -------------------------------------------------------------------------------
+    def row_passes(self, fields: dict[str, torch.Tensor]) -> passes.RowPasses:
+        """The passes over ``fields``' rows: on their shared prompts where that works, else whole
+        (:mod:`lit_entropy.passes`)."""
+        return passes.for_rows(self._forward(), fields, share_prompts=self.share_prompts)
+
+    def _forward(self) -> passes.Forward:
+        return passes.Forward(self.model, self.batch_cfg.micro_batch_size, self.temperature, self.logit_chunk_size,
+                              self._precision_context, self.device)
+
     def token_stats(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True,
         with_scores: bool = False, model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """fp32 per-token log-prob and full-vocabulary entropy (and S, N scores), aligned with ``input_ids``."""
-        # Right-padded rows need no attention mask: causal attention already keeps every real token from
-        # seeing the padding after it, and without a mask the attention kernel runs its causal fast path
-        # (a third less forward time on the lab). Outputs at padding positions are never used.
-        right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-        mask = None if right_padded else attention_mask.long()
-        logits = (model or self.model)(input_ids=input_ids, attention_mask=mask).logits
-        shifted, targets = shift_for_causal_lm(logits, input_ids)
-        chunk = self.logit_chunk_size
-        logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
-                                               with_entropy=with_entropy)
-        out = (align_to_input(logp), align_to_input(ent) if ent is not None else None)
-        if with_scores:
-            S, N = token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
-            out = (*out, align_to_input(S), align_to_input(N))
-        return out
+        """fp32 per-token log-prob and full-vocabulary entropy (and S, N scores) of whole rows in one forward."""
+        return self._forward().token_stats(model or self.model, input_ids, attention_mask, with_entropy, with_scores)
 
-    def response_stats(
-        self, cache: prefix.PromptCache, layout: prefix.PromptLayout, input_ids: torch.Tensor, rows: torch.Tensor,
-        response_width: int, width: int, with_entropy: bool = True, with_scores: bool = False,
-        model: torch.nn.Module | None = None,
-    ) -> tuple[torch.Tensor, ...]:
-        """``token_stats`` of ``rows`` run on their prompts' cache (:mod:`lit_entropy.prefix`), [len(rows), width]."""
-        shifted, targets = prefix.response_logits(model or self.model, cache, input_ids, layout, rows, response_width)
-        chunk = self.logit_chunk_size
-        logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
-                                               with_entropy=with_entropy)
-        out = [logp] + ([ent] if ent is not None else [])
-        if with_scores:
-            out += token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
-        out = [prefix.to_rows(v, layout, rows, width) for v in out]
-        return (out[0], out[1] if with_entropy else None, *out[1 + with_entropy:])
-
-    def prompt_layout(self, fields: dict[str, torch.Tensor] | RolloutBatch) -> prefix.PromptLayout | None:
-        """The rows' shared-prompt layout when ``share_prompts`` is on and it saves work, else None."""
-        get = fields.get if isinstance(fields, dict) else lambda k: getattr(fields, k, None)
-        if not self.share_prompts or get("response_mask") is None:
-            return None
-        layout = prefix.prompt_layout(get("input_ids"), get("attention_mask"), get("response_mask"),
-                                      get("group_index"))
-        return layout if layout is not None and layout.worthwhile() else None
-
-    @torch.no_grad()
-    def _no_grad_pass(self, input_ids, attention_mask, model: torch.nn.Module | None = None,
-                      layout: prefix.PromptLayout | None = None, **kw) -> list[torch.Tensor]:
-        """``token_stats`` over micro-batches in eval mode, outputs on the CPU in the rows' order.
-
-        Rows run longest first, each micro-batch cut to its longest row (right padding only: what
-        is cut is padding, and a causal LM's outputs at the kept positions do not depend on it);
-        outputs are zero beyond each micro-batch's width. On W ranks the micro-batches are dealt to
-        the ranks (:func:`~lit_entropy.utils.dist.micro_batches`) and the results all-gathered, so
-        every rank gets what one rank computes, bitwise; every rank runs the same number of forwards
-        (FSDP2's forward is a collective), repeating row 0 where it has none left.
-
-        With a ``layout`` every rank first encodes all distinct prompts (in chunks of ``micro_batch_size``),
-        then the micro-batches, longest response first, run on that cache; outputs are zero off the response.
-        """
-        model = model or self.model
-        was_training = model.training
-        model.eval()
+    def _no_grad_pass(self, rows: passes.RowPasses, model: torch.nn.Module | None = None,
+                      **kw: bool) -> list[torch.Tensor]:
+        """``rows.no_grad`` (eval mode; every rank gets every row's values, on the CPU), timed as ``time/forward``."""
         t0 = time.perf_counter()
-        parts: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
-        step = self.batch_cfg.micro_batch_size
-        if layout is not None:
-            ids = input_ids.to(self.device)
-            layout = prefix.PromptLayout(*(t.to(self.device) for t in vars(layout).values()))
-            total = layout.prompt_len + layout.response_len
-            prompts = torch.arange(layout.num_prompts, device=self.device)
-            width = int(layout.prompt_len.max())
-            with self._precision_context():
-                cache = prefix.concat_caches([prefix.encode_prompts(model, ids, layout, prompts[k:k + step], width)
-                                              for k in range(0, layout.num_prompts, step)])
-            lengths = layout.response_len
-        else:
-            lengths = attention_mask.sum(-1)
-        for rows, padding, width in dist.micro_batches(input_ids.shape[0], step, lengths):
-            with self._precision_context():  # the update's autocast: the first ratio is exactly 1
-                if layout is not None:
-                    rows = rows.to(self.device)
-                    out = self.response_stats(cache, layout, ids, rows, width, int(total[rows].max()),
-                                              model=model, **kw)
-                else:
-                    out = self.token_stats(input_ids[rows, :width].to(self.device),
-                                           attention_mask[rows, :width].to(self.device), model=model, **kw)
-            if not padding:
-                parts.append((rows.cpu(), [o.cpu() for o in out if o is not None]))
+        out = rows.no_grad(model or self.model, **kw)
         self.time_forward += time.perf_counter() - t0
-        model.train(was_training)
-        return dist.gather_scattered_rows(parts, tuple(input_ids.shape))
+        return out
 
     def _precision_context(self) -> contextlib.AbstractContextManager:
         """The trainer's precision context (autocast for bf16/fp16), or nothing outside a Trainer."""
@@ -202,19 +129,16 @@ class PolicyModule(pl.LightningModule):
         """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
         scores = self.want_scores or needs_scores(self.algo)
-        layout = self.prompt_layout(batch)
-        out = self._no_grad_pass(batch.input_ids, batch.attention_mask, layout=layout, with_entropy=True,
-                                 with_scores=scores)
+        rows = self.row_passes(batch.tensor_fields())
+        out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores)
         batch.old_logp, batch.entropy = out[0], out[1]
         if scores:
             batch.disc_s, batch.disc_n = out[2], out[3]
         if self.ref_model is not None:
-            batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False,
-                                                model=self.ref_model, layout=layout)[0]
+            batch.ref_logp = self._no_grad_pass(rows, model=self.ref_model, with_entropy=False)[0]
         elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
             with self.model.disable_adapter():
-                batch.ref_logp = self._no_grad_pass(batch.input_ids, batch.attention_mask, with_entropy=False,
-                                                    layout=layout)[0]
+                batch.ref_logp = self._no_grad_pass(rows, with_entropy=False)[0]
         resp = batch.response_mask
         finite = torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()
         if not finite:
@@ -263,67 +187,48 @@ class PolicyModule(pl.LightningModule):
         if minibatch["input_ids"].shape[0] == 0:  # a rollout hook rejected every row: nothing to learn
             return torch.zeros((), device=self.device)
         knobs = self.knobs()
-        layout = self.prompt_layout(minibatch)
+        rows = self.row_passes(minibatch)
         current = None
         if needs_current_logp(self.algo):
-            current = self._no_grad_pass(minibatch["input_ids"], minibatch["attention_mask"], layout=layout,
-                                         with_entropy=False)[0].to(self.device)
+            current = self._no_grad_pass(rows, with_entropy=False)[0].to(self.device)
         sel = select_tokens(self.algo, minibatch, knobs, current, self.selection_generator)
-        need_entropy_grad = knobs.entropy_coef > 0
         sums: dict[str, torch.Tensor] = {}
         loss_total = torch.zeros((), device=self.device)
-        step, n = self.batch_cfg.micro_batch_size, minibatch["input_ids"].shape[0]
         world = dist.world_size()
         t0 = time.perf_counter()
-        lengths = minibatch["attention_mask"].sum(-1)
-        if layout is not None:  # every rank encodes the minibatch's prompts once; micro-batches run on the cache
-            prompt_width, chunks = int(layout.prompt_len.max()), self.prompt_chunks(layout, int(lengths.max()))
-            with torch.set_grad_enabled(len(chunks) == 1):  # more: recomputed with gradient chunk by chunk
-                prompts_cache = prefix.concat_caches([
-                    prefix.encode_prompts(self.model, minibatch["input_ids"], layout, c, prompt_width) for c in chunks])
-            cache = prompts_cache.detached()
-            response_lengths = layout.response_len
-        # This rank's share of the micro-batches (rows longest first, each cut to its longest row; the
-        # same micro-batches on any number of ranks); padding micro-batches keep the collectives in step.
-        for rows, padding, width in dist.micro_batches(n, step, lengths if layout is None else response_lengths):
-            if layout is None:
-                mb = dist.take_rows(minibatch, rows, width)
-                logp, ent = self.token_stats(mb["input_ids"], mb["attention_mask"], with_entropy=True)
-            else:
-                rows = rows.to(self.device)
-                full = int(lengths[rows].max())
-                mb = dist.take_rows(minibatch, rows, full)
-                logp, ent = self.response_stats(cache, layout, minibatch["input_ids"], rows, width, full)
-            if not need_entropy_grad:
-                ent = ent.detach()
-            loss, stats = micro_batch_loss(self.algo, knobs, mb, sel.rows(rows, mb["input_ids"].shape[1]), logp, ent)
+        for mb in rows.micro_batches():  # this rank's share; padding ones keep the collectives in step
+            ent = mb.ent if knobs.entropy_coef > 0 else mb.ent.detach()
+            loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
-            self.manual_backward(loss * (0.0 if padding else float(world)))
-            if padding:
-                continue
-            loss_total += loss.detach()
-            for key, v in stats.items():
-                sums[key] = sums.get(key, 0) + v
-        if layout is not None:  # the prompt pass's share of the gradient, back-propagated once
-            start = 0
-            for c in chunks:
-                part = prompts_cache if len(chunks) == 1 else prefix.encode_prompts(
-                    self.model, minibatch["input_ids"], layout, c, prompt_width)
-                surrogate = part.surrogate(cache, self._loss_scale(), rows=slice(start, start + len(c)))
-                start += len(c)
-                if surrogate.requires_grad:
-                    self.manual_backward(surrogate)
-        if world > 1:  # the same keys on every rank, even one that ran only padding
-            keys = ["pg_loss", "entropy", "clip_low", "clip_high", "ratio", "tokens"]
-            keys += ["kl"] if "ref_logp" in minibatch else []
-            local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
-            sums = dist.all_reduce_sum({**local, "loss": loss_total})
-            loss_total = sums.pop("loss")
+            self.manual_backward(loss * (0.0 if mb.padding else float(world)))
+            if not mb.padding:
+                loss_total += loss.detach()
+                for key, v in stats.items():
+                    sums[key] = sums.get(key, 0) + v
+        rows.finish_backward(self.manual_backward, self._loss_scale())  # shared prompts: the prompt pass
+        sums, loss_total = self._sum_over_ranks(sums, loss_total, with_kl="ref_logp" in minibatch)
         self.time_forward_backward += time.perf_counter() - t0
         grad_norm = self._clip_and_step(opt, sched)
-        denom = sel.num_tokens.clamp(min=1)
+        self._log_step(sums, loss_total, grad_norm, opt.param_groups[0]["lr"], sel.num_tokens, sel.frac,
+                       minibatch["input_ids"].shape[0])
+        return loss_total
+
+    def _sum_over_ranks(self, sums: dict[str, torch.Tensor], loss_total: torch.Tensor,
+                        with_kl: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The step's ``train/*`` sums over ranks: the same keys on every rank, even one that ran only padding."""
+        if dist.world_size() == 1:
+            return sums, loss_total
+        keys = ["pg_loss", "entropy", "clip_low", "clip_high", "ratio", "tokens"] + (["kl"] if with_kl else [])
+        local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
+        sums = dist.all_reduce_sum({**local, "loss": loss_total})
+        return sums, sums.pop("loss")
+
+    def _log_step(self, sums: dict[str, torch.Tensor], loss_total: torch.Tensor, grad_norm: torch.Tensor, lr: float,
+                  num_tokens: torch.Tensor, masked_frac: float | None, n: int) -> None:
+        """The step's ``train/*`` scalars; per-token means over the ``num_tokens`` selected tokens."""
+        denom = num_tokens.clamp(min=1)
         metrics = {
             "train/loss": loss_total,
             "train/pg_loss": sums.get("pg_loss", loss_total),
@@ -332,23 +237,15 @@ class PolicyModule(pl.LightningModule):
             "train/clipfrac_high": sums.get("clip_high", torch.zeros(())) / denom,
             "train/ratio_mean": sums.get("ratio", torch.zeros(())) / denom,
             "train/grad_norm": grad_norm,
-            "train/lr": torch.tensor(opt.param_groups[0]["lr"]),
+            "train/lr": torch.tensor(lr),
         }
         if "kl" in sums:
             metrics["train/kl_ref"] = sums["kl"] / denom
-        if sel.frac is not None:
-            metrics[f"train/masked_frac_{self.algo.selection}"] = torch.tensor(sel.frac)
+        if masked_frac is not None:
+            metrics[f"train/masked_frac_{self.algo.selection}"] = torch.tensor(masked_frac)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)
         self.log("train/loss_epoch", loss_total, on_step=False, on_epoch=True, batch_size=n, prog_bar=True,
                  sync_dist=True)
-        return loss_total
-
-    def prompt_chunks(self, layout: prefix.PromptLayout, row_width: int) -> list[torch.Tensor]:
-        """The update's prompt pass in chunks of at most one micro-batch's tokens (``micro_batch_size`` rows of
-        ``row_width``), so its activations never exceed a micro-batch's. One chunk keeps its graph until the
-        step's prompt backward; several are encoded without gradient and recomputed one by one there."""
-        per = max(1, self.batch_cfg.micro_batch_size * row_width // max(1, int(layout.prompt_len.max())))
-        return list(torch.arange(layout.num_prompts, device=self.device).split(per))
 
     def _loss_scale(self) -> float:
         """The factor ``manual_backward`` multiplies losses by (fp16's loss scaler), 1 otherwise."""

@@ -51,7 +51,7 @@ def test_no_grad_pass_matches_one_full_batch_on_every_used_position():
     mb = make_minibatch(module)
     with torch.no_grad():
         full_logp, full_ent = module.token_stats(mb["input_ids"], mb["attention_mask"])
-    logp, ent = module._no_grad_pass(mb["input_ids"], mb["attention_mask"], with_entropy=True)
+    logp, ent = module.row_passes(mb).no_grad(with_entropy=True)
     used = mb["attention_mask"]
     assert torch.allclose(logp[used], full_logp[used], atol=1e-6)
     assert torch.allclose(ent[used], full_ent[used], atol=1e-6)
@@ -81,7 +81,7 @@ def test_micro_batches_run_longest_first_and_are_cut_to_their_longest_row():
     shapes: list[tuple[int, int]] = []
     forward = module.model.forward
     module.model.forward = lambda input_ids, **kw: shapes.append(tuple(input_ids.shape)) or forward(input_ids, **kw)
-    module._no_grad_pass(mb["input_ids"], mb["attention_mask"], with_entropy=True)
+    module.row_passes(mb).no_grad(with_entropy=True)
     lengths = sorted(mb["attention_mask"].sum(-1).tolist(), reverse=True)
     assert shapes == [(3, lengths[0]), (3, lengths[3]), (3, lengths[6]), (1, lengths[9])]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_entropy import prefix
+from lit_entropy import passes, prefix
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.data.batch import BatchConfig
 from lit_entropy.models import PolicyBundle, TinyArch, build_tiny_qwen2
@@ -92,11 +92,10 @@ def test_to_rows_places_values_on_the_response_only():
 def test_no_grad_pass_matches_whole_rows():
     shared, whole = make_module(True), make_module(False)
     rows = grouped_rows(shared.tokenizer.vocab_size, shared.tokenizer.pad_id)
-    layout = shared.prompt_layout(rows)
-    assert layout is not None and whole.prompt_layout(rows) is None
-    a = shared._no_grad_pass(rows["input_ids"], rows["attention_mask"], layout=layout, with_entropy=True,
-                             with_scores=True)
-    b = whole._no_grad_pass(rows["input_ids"], rows["attention_mask"], with_entropy=True, with_scores=True)
+    on_prompts, whole_rows = shared.row_passes(rows), whole.row_passes(rows)
+    assert isinstance(on_prompts, passes.SharedPrompts) and isinstance(whole_rows, passes.WholeRows)
+    a = on_prompts.no_grad(with_entropy=True, with_scores=True)
+    b = whole_rows.no_grad(with_entropy=True, with_scores=True)
     resp = rows["response_mask"]
     for x, y in zip(a, b, strict=True):
         assert torch.allclose(x[resp], y[resp], atol=1e-5), (x[resp] - y[resp]).abs().max()
@@ -122,7 +121,7 @@ def test_update_gradient_matches_whole_rows(algo):
     ref_loss, ref = one_step_gradient(make_module(False, **algo), rows)
     for size in (1, 3, 7, G * P):
         module = make_module(True, micro_batch_size=size, **algo)
-        chunks = module.prompt_chunks(module.prompt_layout(rows), L)
+        chunks = module.row_passes(rows).prompt_chunks()
         assert (len(chunks) > 1) == (size == 1)  # size 1: prompts recomputed with gradient chunk by chunk
         loss, grads = one_step_gradient(module, rows)
         assert loss == pytest.approx(ref_loss, abs=1e-5)
@@ -134,7 +133,7 @@ def test_update_gradient_matches_whole_rows(algo):
 def test_surrogate_divides_out_a_loss_scale():
     module = make_module(True)
     rows = grouped_rows(module.tokenizer.vocab_size, module.tokenizer.pad_id)
-    layout = module.prompt_layout(rows)
+    layout = module.row_passes(rows).layout
     cache = prefix.encode_prompts(module.model, rows["input_ids"], layout, torch.arange(layout.num_prompts))
     leaves = cache.detached()
     (leaves.last_logits.sum() * 8.0 + leaves.keys[0].sum() * 8.0).backward()

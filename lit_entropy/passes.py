@@ -1,0 +1,245 @@
+"""Forward passes over a minibatch's rows, whole or on shared prompts, behind one interface.
+
+:func:`for_rows` looks at the rows and picks how they run:
+
+* :class:`SharedPrompts` when ``share_prompts`` is on, the model takes a key/value cache, and the rows
+  are groups of completions of one prompt each (:func:`lit_entropy.prefix.prompt_layout`) with at least
+  two rows per prompt: each distinct prompt runs once and its completions run on its cache;
+* :class:`WholeRows` otherwise: every row runs as one sequence.
+
+Either way the caller sees the same two passes:
+
+* the update's pass, with gradient::
+
+      for mb in rows.micro_batches():      # rows, padding, fields, logp, ent
+          backward(loss(mb))
+      rows.finish_backward(backward, loss_scale)
+
+  ``finish_backward`` is a no-op for whole rows; for shared prompts it back-propagates the prompt pass
+  once, with the gradient every micro-batch left on the prompts' cache (:mod:`lit_entropy.prefix`).
+* passes without gradient (the pre-update pass, the reference model's, Clip-Cov's current log-probs):
+  ``rows.no_grad(model, with_entropy=..., with_scores=...)``, in eval mode and the trainer's precision
+  context, returns full ``[B, L]`` CPU tensors aligned with ``input_ids``, zero where nothing was computed.
+
+Micro-batches take ``micro_batch_size`` rows, longest first (the whole row, or its response on shared
+prompts), each cut to its longest row, so no compute goes to padding. On W ranks the micro-batches, which
+do not depend on W, are dealt out to the ranks (:func:`lit_entropy.utils.dist.micro_batches`): every rank
+runs the same number, a zero-weight ``padding`` one where it has run out, since FSDP2's forward and DDP's
+backward are collectives. Passes without gradient all-gather their rows, so every rank gets what one rank
+computes, bitwise.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lit_entropy import prefix
+from lit_entropy.diagnostics.discriminator import token_scores
+from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
+from lit_entropy.utils import dist
+
+
+@dataclass
+class Forward:
+    """The policy and how a pass turns its logits into per-token statistics."""
+
+    model: torch.nn.Module
+    micro_batch_size: int
+    temperature: float = 1.0
+    logit_chunk_size: int = 2048
+    precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    """The trainer's precision context (autocast for bf16/fp16), entered by the passes without gradient."""
+    device: torch.device | str = "cpu"
+
+    def stats(self, shifted: Tensor, targets: Tensor, place: Callable[[Tensor], Tensor], with_entropy: bool = True,
+              with_scores: bool = False) -> tuple[Tensor | None, ...]:
+        """fp32 ``(logp, entropy[, S, N])`` of shifted logits, each ``place``d (entropy None without it)."""
+        chunk = self.logit_chunk_size
+        logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
+                                               with_entropy=with_entropy)
+        out = [logp, ent]
+        if with_scores:
+            out += token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
+        return tuple(place(v) if v is not None else None for v in out)
+
+    def token_stats(self, model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, with_entropy: bool = True,
+                    with_scores: bool = False) -> tuple[Tensor | None, ...]:
+        """Per-token log-prob and full-vocabulary entropy (and S, N scores) of whole rows, aligned with ``input_ids``."""
+        # Right-padded rows need no attention mask: causal attention already keeps every real token from
+        # seeing the padding after it, and without a mask the attention kernel runs its causal fast path
+        # (a third less forward time on the lab). Outputs at padding positions are never used.
+        right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+        mask = None if right_padded else attention_mask.long()
+        logits = model(input_ids=input_ids, attention_mask=mask).logits
+        shifted, targets = shift_for_causal_lm(logits, input_ids)
+        return self.stats(shifted, targets, align_to_input, with_entropy, with_scores)
+
+    def response_stats(self, model: torch.nn.Module, cache: prefix.PromptCache, layout: prefix.PromptLayout,
+                       input_ids: Tensor, rows: Tensor, response_width: int, width: int, with_entropy: bool = True,
+                       with_scores: bool = False) -> tuple[Tensor | None, ...]:
+        """:meth:`token_stats` of ``rows`` run on their prompts' ``cache``, [len(rows), width], zero off the response."""
+        shifted, targets = prefix.response_logits(model, cache, input_ids, layout, rows, response_width)
+        return self.stats(shifted, targets, lambda v: prefix.to_rows(v, layout, rows, width), with_entropy,
+                          with_scores)
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch of the update, its statistics computed with gradient."""
+
+    rows: Tensor
+    """Indices of its rows in the minibatch."""
+    padding: bool
+    """A filler on a rank that has run out of micro-batches: its loss goes in with zero weight."""
+    fields: dict[str, Tensor]
+    """Its rows of every minibatch tensor, [B, L] ones cut to the micro-batch's width."""
+    logp: Tensor
+    """[m, width] fp32 log-probs of the current policy."""
+    ent: Tensor
+    """[m, width] fp32 entropy."""
+
+    @property
+    def width(self) -> int:
+        return int(self.fields["input_ids"].shape[1])
+
+
+class RowPasses(abc.ABC):
+    """A minibatch's rows and the passes over them (:class:`WholeRows` or :class:`SharedPrompts`)."""
+
+    def __init__(self, fwd: Forward, fields: Mapping[str, Tensor]) -> None:
+        self.fwd = fwd
+        self.fields = dict(fields)
+        self.input_ids = fields["input_ids"]
+        self.lengths = fields["attention_mask"].sum(-1)
+
+    @abc.abstractmethod
+    def micro_batches(self) -> Iterator[MicroBatch]:
+        """This rank's micro-batches of the update, with gradient, in the trainer's context."""
+
+    @abc.abstractmethod
+    def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
+        """Back-propagate what the micro-batches' backwards left over; ``loss_scale`` is the factor ``backward``
+        multiplies by (fp16's loss scaler), 1 otherwise."""
+
+    @abc.abstractmethod
+    def _eval_micro_batches(self, model: torch.nn.Module, with_entropy: bool,
+                            with_scores: bool) -> Iterator[tuple[Tensor, bool, tuple[Tensor | None, ...]]]:
+        """``(rows, padding, stats)`` of this rank's micro-batches in eval mode, without gradient."""
+
+    @torch.no_grad()
+    def no_grad(self, model: torch.nn.Module | None = None, with_entropy: bool = True,
+                with_scores: bool = False) -> list[Tensor]:
+        """``[logp, entropy, S, N]`` (those asked for) of every row, by ``model`` (the policy by default) in eval
+        mode: full-shape CPU tensors, zero beyond what was computed, the same on every rank."""
+        model = model or self.fwd.model
+        was_training = model.training
+        model.eval()
+        parts: list[tuple[Tensor, list[Tensor]]] = []
+        for rows, padding, out in self._eval_micro_batches(model, with_entropy, with_scores):
+            if not padding:
+                parts.append((rows.cpu(), [o.cpu() for o in out if o is not None]))
+        model.train(was_training)
+        return dist.gather_scattered_rows(parts, tuple(self.input_ids.shape))
+
+
+class WholeRows(RowPasses):
+    """Every row runs as one sequence."""
+
+    def micro_batches(self) -> Iterator[MicroBatch]:
+        for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
+            mb = dist.take_rows(self.fields, rows, width)
+            logp, ent = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"], with_entropy=True)
+            yield MicroBatch(rows, padding, mb, logp, ent)
+
+    def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
+        """Nothing: each micro-batch's backward went all the way."""
+
+    def _eval_micro_batches(self, model, with_entropy, with_scores):
+        attention_mask, device = self.fields["attention_mask"], self.fwd.device
+        for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
+            with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
+                out = self.fwd.token_stats(model, self.input_ids[rows, :width].to(device),
+                                           attention_mask[rows, :width].to(device), with_entropy, with_scores)
+            yield rows, padding, out
+
+
+class SharedPrompts(RowPasses):
+    """Each distinct prompt runs once; the rows run their responses on its cache (:mod:`lit_entropy.prefix`)."""
+
+    def __init__(self, fwd: Forward, fields: Mapping[str, Tensor], layout: prefix.PromptLayout) -> None:
+        super().__init__(fwd, fields)
+        self.layout = layout
+        self.prompt_width = int(layout.prompt_len.max())
+        self._chunks: list[Tensor] = []
+        self._prompts: prefix.PromptCache | None = None  # the update's prompt pass
+        self._leaves: prefix.PromptCache | None = None  # its detached copy the micro-batches run on
+
+    def prompt_chunks(self) -> list[Tensor]:
+        """The update's prompt pass in chunks of at most one micro-batch's tokens (``micro_batch_size`` rows of
+        the longest row's width), so its activations never exceed a micro-batch's. One chunk keeps its graph
+        until :meth:`finish_backward`; several are encoded without gradient and recomputed one by one there."""
+        step, width = self.fwd.micro_batch_size, int(self.lengths.max())
+        per = max(1, step * width // max(1, self.prompt_width))
+        return list(torch.arange(self.layout.num_prompts, device=self.fwd.device).split(per))
+
+    def _encode(self, model: torch.nn.Module, input_ids: Tensor, layout: prefix.PromptLayout,
+                prompts: Tensor) -> prefix.PromptCache:
+        return prefix.encode_prompts(model, input_ids, layout, prompts, self.prompt_width)
+
+    def micro_batches(self) -> Iterator[MicroBatch]:
+        ids, layout = self.input_ids, self.layout
+        self._chunks = self.prompt_chunks()
+        with torch.set_grad_enabled(len(self._chunks) == 1):  # several chunks: recomputed with gradient later
+            self._prompts = prefix.concat_caches([self._encode(self.fwd.model, ids, layout, c) for c in self._chunks])
+        self._leaves = cache = self._prompts.detached()
+        for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size,
+                                                       layout.response_len):
+            rows = rows.to(self.fwd.device)
+            full = int(self.lengths[rows].max())
+            mb = dist.take_rows(self.fields, rows, full)
+            logp, ent = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full)
+            yield MicroBatch(rows, padding, mb, logp, ent)
+
+    def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
+        """The prompt pass's share of the gradient: one backward through the prompt pass (chunk by chunk,
+        recomputed with gradient, when it was encoded in several)."""
+        start = 0
+        for c in self._chunks:
+            part = self._prompts if len(self._chunks) == 1 else self._encode(self.fwd.model, self.input_ids,
+                                                                             self.layout, c)
+            surrogate = part.surrogate(self._leaves, loss_scale, rows=slice(start, start + len(c)))
+            start += len(c)
+            if surrogate.requires_grad:
+                backward(surrogate)
+
+    def _eval_micro_batches(self, model, with_entropy, with_scores):
+        device, step = self.fwd.device, self.fwd.micro_batch_size
+        ids = self.input_ids.to(device)
+        layout = prefix.PromptLayout(*(t.to(device) for t in vars(self.layout).values()))
+        total = layout.prompt_len + layout.response_len
+        prompts = torch.arange(layout.num_prompts, device=device)
+        with self.fwd.precision():
+            cache = prefix.concat_caches([self._encode(model, ids, layout, c) for c in prompts.split(step)])
+        for rows, padding, width in dist.micro_batches(len(self.lengths), step, layout.response_len):
+            with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
+                rows = rows.to(device)
+                out = self.fwd.response_stats(model, cache, layout, ids, rows, width, int(total[rows].max()),
+                                              with_entropy, with_scores)
+            yield rows, padding, out
+
+
+def for_rows(fwd: Forward, fields: Mapping[str, Tensor], share_prompts: bool = True) -> RowPasses:
+    """The passes over ``fields``' rows: on their shared prompts when ``share_prompts`` is on, the model takes a
+    cache and the rows' layout allows it and saves work (two rows or more per prompt); whole rows otherwise."""
+    if share_prompts and fields.get("response_mask") is not None and prefix.supports_prompt_cache(fwd.model):
+        layout = prefix.prompt_layout(fields["input_ids"], fields["attention_mask"], fields["response_mask"],
+                                      fields.get("group_index"))
+        if layout is not None and layout.worthwhile():
+            return SharedPrompts(fwd, fields, layout)
+    return WholeRows(fwd, fields)
