@@ -9,27 +9,29 @@ from fractions import Fraction
 
 import pytest
 
-from lit_entropy.tasks import countdown
+from lit_entropy.tasks import countdown_expr
 from lit_entropy.tasks.countdown import (
     COUNTDOWN_ALPHABET,
-    MAX_DEPTH,
-    BinOp,
     CountdownConfig,
     CountdownProblem,
-    Num,
-    canonical_form,
     count_solutions,
     countdown_reward,
-    evaluate,
     format_prompt,
     generate_problems,
-    numbers_used,
-    parse_expression,
     parse_prompt,
     problem_stream,
     random_solution,
     solve,
     verify,
+)
+from lit_entropy.tasks.countdown_expr import (
+    MAX_DEPTH,
+    BinOp,
+    Num,
+    canonical_form,
+    evaluate,
+    numbers_used,
+    parse_expression,
 )
 
 P = CountdownProblem((3, 5, 2), 16)
@@ -94,7 +96,7 @@ def test_parse_expression_hostile_inputs_return_none():
 
 def test_depth_limit_holds_without_length_limit(monkeypatch):
     # The nesting limit alone must stop runaway recursion, whatever the length limit is.
-    monkeypatch.setattr(countdown, "MAX_EXPR_CHARS", 10**7)
+    monkeypatch.setattr(countdown_expr, "MAX_EXPR_CHARS", 10**7)
     deep = "(" * 100_000 + "1" + ")" * 100_000
     assert parse_expression(deep) is None
     assert parse_expression("1" + "+1" * 5000) is not None  # long flat chains are iterative
