@@ -246,8 +246,8 @@ class BandSchedule:
     """An entropy band ``(h_low(p), h_high(p))``: two schedules, one per edge.
 
     Validated at ``p = 0`` and ``p = 1`` on construction and again at every call: both ends finite and
-    non-negative, ``h_low <= h_high``. :func:`parse_schedule` also checks it at every
-    :meth:`probe_points` value, so a crossing mid-run fails at start-up, not when training gets there.
+    non-negative, ``h_low <= h_high``. :func:`parse_schedule` also checks it at every piecewise knot
+    (and on a grid for callables), so a crossing mid-run fails at start-up, not when training gets there.
     """
 
     def __init__(self, low: Schedule, high: Schedule) -> None:
@@ -269,18 +269,14 @@ class BandSchedule:
         low, high = self(p)
         return 0.5 * (low + high)
 
-    def probe_points(self, n: int = 101) -> list[float]:
-        """Progress values that cover the band: a grid of ``n`` points plus every piecewise knot."""
-        return probe_points(self.low, self.high, n=n)
-
     def check(self, n: int = 101) -> None:
-        """Validate the band at every :meth:`probe_points` value (raises ``ValueError`` naming ``p``)."""
-        for p in self.probe_points(n):
+        """Validate the band at every :func:`probe_points` value (raises ``ValueError`` naming ``p``)."""
+        for p in probe_points(self.low, self.high, n=n):
             self(p)
 
     def max_high(self, n: int = 101) -> float:
-        """The highest ``h_high`` over :meth:`probe_points` (exact for constant/linear/cosine/piecewise)."""
-        return max(self(p)[1] for p in self.probe_points(n))
+        """The highest ``h_high`` over :func:`probe_points` (exact for constant/linear/cosine/piecewise)."""
+        return max(self(p)[1] for p in probe_points(self.low, self.high, n=n))
 
     def __repr__(self) -> str:
         return f"BandSchedule(low={self.low!r}, high={self.high!r})"
