@@ -6,12 +6,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.callbacks.base import EntropyController
+from lit_entropy.callbacks.base import EntropyController, check_delta, config_error, step_toward
 from lit_entropy.data.batch import RolloutBatch
-
-DECIMALS = 12
-"""Each step is rounded to this many decimals, so k steps of δ land exactly on ``init + k·δ`` and on the
-clamp bounds (no 0.30000000000000004 drift in the logs or in the clamp test)."""
 
 
 class ADAPOCallback(EntropyController):
@@ -42,7 +38,7 @@ class ADAPOCallback(EntropyController):
         eps_high_init: starting ε_high; ``None`` takes the module's ``eps_high`` at fit start.
         delta: step per iteration (> 0).
         eps_min / eps_max: clamp range of ε_high.
-        progress_unit / total_samples / clamp_patience: as in the base class.
+        **common: ``progress``, ``clamp_patience`` (see :class:`~lit_entropy.callbacks.base.EntropyController`).
     """
 
     knobs = ("eps_high",)
@@ -54,21 +50,12 @@ class ADAPOCallback(EntropyController):
         delta: float = 0.01,
         eps_min: float = 0.2,
         eps_max: float = 0.4,
-        progress_unit: str = "iterations",
-        total_samples: int | None = None,
-        clamp_patience: int = 5,
+        **common: Any,
     ) -> None:
-        super().__init__(
-            target=target,
-            progress_unit=progress_unit,
-            total_samples=total_samples,
-            clamp_patience=clamp_patience,
-        )
-        if not delta >= 10**-DECIMALS:
-            raise ValueError(f"ADAPO: delta={delta} must be > 0 (at least 1e-{DECIMALS})")
+        super().__init__(target=target, **common)
+        self.delta = check_delta(delta)
         if not 0 <= eps_min <= eps_max:
-            raise ValueError(f"ADAPO: need 0 <= eps_min <= eps_max, got eps_min={eps_min}, eps_max={eps_max}")
-        self.delta = float(delta)
+            raise config_error("eps_min", f"need 0 <= eps_min <= eps_max, got eps_min={eps_min}, eps_max={eps_max}")
         self.eps_min = float(eps_min)
         self.eps_max = float(eps_max)
         self.eps_high: float | None = None
@@ -78,8 +65,8 @@ class ADAPOCallback(EntropyController):
     def _check_init(self, value: float) -> float:
         value = float(value)
         if not self.eps_min <= value <= self.eps_max:
-            raise ValueError(
-                f"ADAPO: eps_high_init={value} must lie in [eps_min, eps_max] = [{self.eps_min}, {self.eps_max}]"
+            raise config_error(
+                "eps_high_init", f"{value} must lie in [eps_min, eps_max] = [{self.eps_min}, {self.eps_max}]"
             )
         return value
 
@@ -87,32 +74,21 @@ class ADAPOCallback(EntropyController):
         super().on_fit_start(trainer, pl_module)
         algo = getattr(pl_module, "algo", None)
         if getattr(algo, "loss", "ppo") == "gspo" or getattr(algo, "selection", None) == "kl_cov":
-            raise ValueError(
+            raise config_error(
+                "",
                 f"ADAPO drives the token-level clip eps_high, which algo={getattr(algo, 'name', '?')} does not use "
-                "as a token clip (gspo clips one sequence ratio with its own tiny eps; kl_cov is unclipped)"
+                "as a token clip (gspo clips one sequence ratio with its own tiny eps; kl_cov is unclipped)",
             )
         if self.eps_high is None:
             self.eps_high = self._check_init(pl_module.eps_high)
         pl_module.eps_high = self.eps_high  # a resumed run starts from the restored value
 
     def control(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: RolloutBatch,
-        entropy: float,
-        target: float,
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
         if self.eps_high is None:  # on_fit_start was not called (e.g. driven by hand)
             self.eps_high = self._check_init(pl_module.eps_high)
-        if entropy < target:
-            proposal = self.eps_high + self.delta
-        elif entropy > target:
-            proposal = self.eps_high - self.delta
-        else:
-            proposal = self.eps_high
-        proposal = round(proposal, DECIMALS)
-        self.eps_high = min(max(proposal, self.eps_min), self.eps_max)
+        proposal, self.eps_high = step_toward(self.eps_high, entropy, target, self.delta, self.eps_min, self.eps_max)
         self.note_clamp(proposal != self.eps_high, "eps_high")
         pl_module.eps_high = self.eps_high
         return {"control/eps_high": self.eps_high}

@@ -6,11 +6,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.callbacks.base import EntropyController
+from lit_entropy.callbacks.base import EntropyController, check_delta, config_error, step_toward
 from lit_entropy.data.batch import RolloutBatch
-
-DECIMALS = 12
-"""Each step is rounded to this many decimals, so k steps of δ land exactly on ``k·δ`` and on the clamps."""
 
 
 class AdaptiveEntropyBonusCallback(EntropyController):
@@ -44,7 +41,7 @@ class AdaptiveEntropyBonusCallback(EntropyController):
         coef_init: starting c, in [0, coef_max].
         delta: step of c per iteration (> 0).
         coef_max: upper clamp of c (> 0).
-        progress_unit / total_samples / clamp_patience: as in the base class.
+        **common: ``progress``, ``clamp_patience`` (see :class:`~lit_entropy.callbacks.base.EntropyController`).
     """
 
     knobs = ("entropy_coef",)
@@ -55,44 +52,21 @@ class AdaptiveEntropyBonusCallback(EntropyController):
         coef_init: float = 0.0,
         delta: float = 5e-4,
         coef_max: float = 0.01,
-        progress_unit: str = "iterations",
-        total_samples: int | None = None,
-        clamp_patience: int = 5,
+        **common: Any,
     ) -> None:
-        super().__init__(
-            target=target,
-            progress_unit=progress_unit,
-            total_samples=total_samples,
-            clamp_patience=clamp_patience,
-        )
-        if not delta >= 10**-DECIMALS:
-            raise ValueError(f"AdaptiveEntropyBonus: delta={delta} must be > 0 (at least 1e-{DECIMALS})")
+        super().__init__(target=target, **common)
+        self.delta = check_delta(delta)
         if not coef_max > 0:
-            raise ValueError(f"AdaptiveEntropyBonus: coef_max={coef_max} must be > 0")
+            raise config_error("coef_max", f"{coef_max} must be > 0")
         if not 0 <= coef_init <= coef_max:
-            raise ValueError(
-                f"AdaptiveEntropyBonus: coef_init={coef_init} must lie in [0, coef_max={coef_max}]"
-            )
-        self.delta = float(delta)
+            raise config_error("coef_init", f"{coef_init} must lie in [0, coef_max={coef_max}]")
         self.coef_max = float(coef_max)
         self.coef = float(coef_init)
 
     def control(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: RolloutBatch,
-        entropy: float,
-        target: float,
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
-        if entropy < target:
-            proposal = self.coef + self.delta
-        elif entropy > target:
-            proposal = self.coef - self.delta
-        else:
-            proposal = self.coef
-        proposal = round(proposal, DECIMALS)
-        self.coef = min(max(proposal, 0.0), self.coef_max)
+        proposal, self.coef = step_toward(self.coef, entropy, target, self.delta, 0.0, self.coef_max)
         self.note_clamp(proposal > self.coef_max, "entropy_coef")
         applied = self.coef if entropy <= target else 0.0
         pl_module.entropy_coef = applied

@@ -7,54 +7,139 @@ module's knobs (``eps_high``, ``entropy_coef``, ``pic_alpha``, …) or by reshap
 ``token_advantages``). It never patches the loss. Its state lives in ``state_dict()`` so a resumed run
 continues exactly.
 
-Targets (``target=``):
+Config keys every controller takes (subclasses hand them on as ``**common``):
 
-* a number — a fixed entropy in nats;
-* ``"first"`` — the first iteration's entropy (the papers' default for ADAPO and REPO);
-* a schedule — ``{kind: linear|cosine|constant|piecewise|<dotted.path>, start:, end:, points:}``
-  evaluated at training progress p ∈ [0, 1] (see :mod:`lit_entropy.schedules`).
+* ``target`` — a number (a fixed entropy in nats), ``"first"`` (the first iteration's entropy, the
+  papers' default for ADAPO and REPO) or a schedule ``{kind: linear|cosine|constant|piecewise|
+  <pkg.module:function>, start:, end:, points:}`` over training progress p ∈ [0, 1], read by
+  :func:`lit_entropy.schedules.parse_schedule` (Entrocraft's ``band`` is the same grammar with
+  ``[h_low, h_high]`` values; its target is the band's centre);
+* ``progress`` — ``{unit: iterations|samples, total_samples:}``, what p counts (:class:`ProgressConfig`);
+* ``clamp_patience`` — iterations a knob may sit at its clamp before one log warning.
 
-Progress is measured in iterations (``trainer.current_epoch``) or in samples (rows generated so far,
-kept in the state), so a resumed run continues the schedule where it stopped.
+Errors name the config key: ``callbacks.entropy.<key>: <what is wrong>`` (:func:`config_error`).
+Renamed keys (:data:`RENAMED`) are still read for one release, with a warning naming the new key.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import lightning.pytorch as pl
 
 from lit_entropy.data.batch import RolloutBatch
-from lit_entropy.schedules import Schedule, make_schedule, progress
+from lit_entropy.schedules import BandSchedule, Schedule, parse_schedule, probe_points, progress
 
 log = logging.getLogger(__name__)
 
+CONFIG_PATH = "callbacks.entropy"
+"""Where a controller's config node lives; every error it raises starts with this path."""
 PROGRESS_UNITS = ("iterations", "samples")
+RENAMED = {"progress_unit": "progress.unit", "total_samples": "progress.total_samples"}
+"""Old top-level keys -> their new place, read for one release with a warning."""
 
 
-def build_target(spec: Any) -> float | str | Schedule:
-    """A fixed float, ``"first"``, or a schedule from a mapping ``{kind, start, end, points}``."""
+def config_error(key: str, message: str) -> ValueError:
+    """``ValueError("callbacks.entropy.<key>: <message>")``: the controllers' one error convention."""
+    return ValueError(f"{CONFIG_PATH}.{key}: {message}" if key else f"{CONFIG_PATH}: {message}")
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """Say, as a ``DeprecationWarning`` and in the log, that ``old`` is now ``new``."""
+    message = (
+        f"{CONFIG_PATH}.{old} is renamed {CONFIG_PATH}.{new}; the old key is read for one more release"
+    )
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    log.warning(message)
+
+
+DECIMALS = 12
+""":func:`step_toward` rounds each step to this many decimals, so k steps of δ land exactly on
+``init + k·δ`` and on the clamp bounds (no 0.30000000000000004 drift in the logs or in clamp tests)."""
+
+
+def check_delta(delta: float) -> float:
+    """A step δ that :func:`step_toward` can resolve: at least 1e-:data:`DECIMALS`."""
+    if not delta >= 10**-DECIMALS:
+        raise config_error("delta", f"{delta} must be > 0 (at least 1e-{DECIMALS})")
+    return float(delta)
+
+
+def step_toward(
+    value: float, entropy: float, target: float, delta: float, low: float, high: float
+) -> tuple[float, float]:
+    """One step of a knob that entropy below target raises: ``value + δ·sign(target − entropy)``,
+    rounded to :data:`DECIMALS`, then clamped to [low, high]. Returns (the step before the clamp, after)."""
+    if entropy < target:
+        proposal = value + delta
+    elif entropy > target:
+        proposal = value - delta
+    else:
+        proposal = value
+    proposal = round(proposal, DECIMALS)
+    return proposal, min(max(proposal, low), high)
+
+
+@dataclass(frozen=True)
+class ProgressConfig:
+    """What training progress p ∈ [0, 1] counts, for schedule targets and bands (config node ``progress``)."""
+
+    unit: str = "iterations"
+    """``iterations``: p = ``current_epoch / (max_epochs − 1)``. ``samples``: p = rows generated so far /
+    ``total_samples`` (the count is kept in the controller's state, so a resumed run continues the
+    schedule where it stopped)."""
+    total_samples: int | None = None
+    """Rows over the whole run; needed (> 0) with ``unit: samples``, unused with ``iterations``. Set it to
+    rows per iteration × (iterations − 1) for a schedule to reach its end at the last iteration."""
+
+    def __post_init__(self) -> None:
+        if self.unit not in PROGRESS_UNITS:
+            raise config_error("progress.unit", f"{self.unit!r}; choose one of {PROGRESS_UNITS}")
+        if self.unit == "samples" and not (self.total_samples and self.total_samples > 0):
+            raise config_error("progress.total_samples", f"{self.total_samples!r}; unit=samples needs a count > 0")
+
+    @classmethod
+    def parse(cls, spec: ProgressConfig | Mapping | None, renamed: dict[str, Any]) -> ProgressConfig:
+        """From the ``progress`` node, letting the old top-level keys in ``renamed`` override it."""
+        fields = asdict(spec) if isinstance(spec, ProgressConfig) else dict(spec or {})
+        unknown = sorted(set(fields) - {"unit", "total_samples"})
+        if unknown:
+            raise config_error("progress", f"unknown key(s) {unknown}; it takes unit, total_samples")
+        for old, value in renamed.items():
+            if value is not None:
+                warn_renamed(old, RENAMED[old])
+                fields[RENAMED[old].split(".")[1]] = value
+        return cls(**fields)
+
+    def at(self, iteration: int, max_epochs: int | None, samples_seen: int) -> float:
+        """p for a trainer at ``iteration`` of ``max_epochs`` that has generated ``samples_seen`` rows."""
+        if self.unit == "samples":
+            return min(1.0, samples_seen / self.total_samples)
+        return progress(iteration, max_epochs or 1)
+
+
+def build_target(spec: Any) -> str | Schedule | BandSchedule:
+    """``"first"``, or a schedule (a number is a constant one) read by ``parse_schedule``; a band passes."""
     if isinstance(spec, str):
         if spec != "first":
-            raise ValueError(f"target={spec!r}: give a number, 'first', or a schedule mapping")
+            raise config_error("target", f"{spec!r}: give a number, 'first', or a schedule mapping")
         return spec
-    if isinstance(spec, Mapping):
-        spec = dict(spec)
-        kind = spec.pop("kind", "linear")
-        return make_schedule(kind, **spec)
-    if isinstance(spec, Schedule) or callable(spec):
+    if isinstance(spec, BandSchedule):
         return spec
-    value = float(spec)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"target={spec!r} must be a finite entropy >= 0 (nats)")
-    return value
+    return parse_schedule(spec, f"{CONFIG_PATH}.target")
 
 
 class EntropyController(pl.Callback):
-    """Base class: target handling, progress, clamp warnings, state. Subclasses implement :meth:`control`."""
+    """Base class: target, progress, clamp warnings, state. Subclasses implement :meth:`control`.
+
+    A subclass's ``__init__`` takes its own knobs and hands the rest on: ``super().__init__(**common)``
+    (``target``, ``progress``, ``clamp_patience`` and the renamed keys of :data:`RENAMED`).
+    """
 
     knobs: tuple[str, ...] = ()
     """What this controller drives: module knob names, or ``keep`` / ``token_advantages`` batch slots."""
@@ -62,15 +147,17 @@ class EntropyController(pl.Callback):
     def __init__(
         self,
         target: Any = "first",
-        progress_unit: str = "iterations",
-        total_samples: int | None = None,
+        progress: ProgressConfig | Mapping | None = None,
         clamp_patience: int = 5,
+        **renamed: Any,
     ) -> None:
-        if progress_unit not in PROGRESS_UNITS:
-            raise ValueError(f"progress_unit={progress_unit!r}; choose one of {PROGRESS_UNITS}")
+        unknown = sorted(set(renamed) - set(RENAMED))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {unknown}")
+        if not clamp_patience >= 1:
+            raise config_error("clamp_patience", f"{clamp_patience} must be >= 1")
         self.target = build_target(target)
-        self.progress_unit = progress_unit
-        self.total_samples = total_samples
+        self.progress_config = ProgressConfig.parse(progress, renamed)
         self.clamp_patience = clamp_patience
         self.first_entropy: float | None = None
         self.samples_seen = 0
@@ -94,19 +181,17 @@ class EntropyController(pl.Callback):
 
     # ---- shared machinery ------------------------------------------------------------------------
     def progress(self, trainer: pl.Trainer) -> float:
-        if self.progress_unit == "samples":
-            if not self.total_samples:
-                raise ValueError("progress_unit=samples needs total_samples")
-            return min(1.0, self.samples_seen / self.total_samples)
-        return progress(trainer.current_epoch, trainer.max_epochs or 1)
+        """Training progress p ∈ [0, 1] now (see :class:`ProgressConfig`)."""
+        return self.progress_config.at(trainer.current_epoch, trainer.max_epochs, self.samples_seen)
 
     def target_value(self, trainer: pl.Trainer, entropy: float) -> float:
+        """The target entropy now: the first entropy, the schedule at p, or the band's centre at p."""
         if self.target == "first":
             if self.first_entropy is None:
                 self.first_entropy = float(entropy)
             return self.first_entropy
-        if isinstance(self.target, float):
-            return self.target
+        if isinstance(self.target, BandSchedule):
+            return self.target.centre(self.progress(trainer))
         return float(self.target(self.progress(trainer)))
 
     def note_clamp(self, at_clamp: bool, what: str) -> None:
@@ -115,23 +200,25 @@ class EntropyController(pl.Callback):
         if self.clamp_run >= self.clamp_patience and not self.clamp_warned:
             self.clamp_warned = True
             log.warning(
-                "%s: %s has been at its limit for %d iterations; the target may be out of reach",
-                type(self).__name__, what, self.clamp_run,
+                "%s (%s): %s has been at its limit for %d iterations; the target may be out of reach",
+                CONFIG_PATH, type(self).__name__, what, self.clamp_run,
             )
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        vocab = getattr(getattr(pl_module.model, "config", None), "vocab_size", None)
+        """Fail early when the target (a band: its high edge) is above log(vocab_size) anywhere in the run."""
+        vocab = getattr(getattr(getattr(pl_module, "model", None), "config", None), "vocab_size", None)
         if not vocab or self.target == "first":
             return
         ceiling = math.log(vocab)
-        if isinstance(self.target, float):
-            highest = self.target
+        if isinstance(self.target, BandSchedule):
+            key, highest = "band", self.target.max_high()
         else:
-            highest = max(self.target(p / 20) for p in range(21))
+            key, highest = "target", max(self.target(p) for p in probe_points(self.target))
         if highest > ceiling:
-            raise ValueError(
-                f"{type(self).__name__}: target entropy {highest:.3f} nats is above log(vocab_size={vocab}) = "
-                f"{ceiling:.3f}, the most any policy can reach"
+            raise config_error(
+                key,
+                f"reaches {highest:.3f} nats, above log(vocab_size={vocab}) = {ceiling:.3f}, the most any "
+                "policy can reach: an unreachable target",
             )
 
     def on_rollout_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch) -> None:

@@ -20,12 +20,16 @@ progress p, the direction is m = 1[H > h_high] − 1[H < h_low]. Two modes act o
   it with rewards in {−1, +1}. ``nsr_reward_offset`` (default 0) is subtracted from R before the min:
   1 maps {0, 1} to {−1, 0} (−1 on failures, 0 on successes).
 
-The band comes from :meth:`lit_entropy.schedules.BandSchedule.from_endpoints`: ``schedule`` is
-``constant`` / ``linear`` / ``cosine`` (``band_start`` → ``band_end``), ``piecewise`` (``band_points =
-[[p, h_low, h_high], ...]``) or ``callable`` (``band_low`` / ``band_high``: import paths
-``"pkg.module:function"`` of ``p -> float``). Progress counts iterations (``trainer.current_epoch`` over
-``max_epochs``) or samples (``progress_unit="samples"``, rows generated so far over ``total_samples``,
-kept in the state), so a resumed run continues the schedule where it stopped.
+The band (``band=``) is a schedule over training progress p read by
+:func:`lit_entropy.schedules.parse_schedule`, the grammar of every controller's ``target`` with
+``[h_low, h_high]`` values: a fixed ``[h_low, h_high]``, ``{kind: constant|linear|cosine, start:
+[h_low, h_high], end: [h_low, h_high]}``, ``{kind: piecewise, points: [[p, h_low, h_high], ...]}`` or
+``{kind: "pkg.module:function"}`` (``p -> [h_low, h_high]``). It is the base class's target: the logged
+``control/target_entropy`` is its centre, and at fit start its high edge is checked against
+log(vocab_size). Progress (``progress=``, :class:`~lit_entropy.callbacks.base.ProgressConfig`) counts
+iterations or samples, kept in the state, so a resumed run continues the band where it stopped. The
+old keys ``schedule``, ``band_start``, ``band_end``, ``band_points``, ``band_low`` and ``band_high``
+are still read for one release (:func:`band_from_renamed`), with a warning naming the new key.
 
 Logged: ``control/direction`` (m), ``control/band_low``, ``control/band_high``,
 ``control/target_entropy`` (the band centre), ``control/band_error`` (distance of H outside the band,
@@ -35,12 +39,13 @@ Logged: ``control/direction`` (m), ``control/band_low``, ``control/band_high``,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy.callbacks.base import EntropyController
+from lit_entropy.callbacks.base import CONFIG_PATH, EntropyController, config_error, warn_renamed
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.entrocraft import (
     band_direction,
@@ -48,68 +53,92 @@ from lit_entropy.objectives.entrocraft import (
     hard_advantages,
     sample_keep,
 )
-from lit_entropy.schedules import BandSchedule, Schedule
+from lit_entropy.schedules import BandSchedule, parse_schedule
 
 MODES = ("paper", "hard")
 RENORMALISE = ("prompt", "none")
+RENAMED_BAND = {
+    "schedule": "band.kind",
+    "band_start": "band.start",
+    "band_end": "band.end",
+    "band_points": "band.points",
+    "band_low": "band.kind (one function p -> [h_low, h_high])",
+    "band_high": "band.kind (one function p -> [h_low, h_high])",
+}
+"""Entrocraft's old band keys -> where they went, read for one release with a warning."""
 
 
-class BandCentre(Schedule):
-    """The centre (h_low + h_high)/2 of a band, as a schedule (the controller's ``target``)."""
+def band_from_renamed(band: Any, old: dict[str, Any]) -> Any:
+    """``band`` with the old keys that are set (not None) applied, as the old band config read them.
 
-    def __init__(self, band: BandSchedule) -> None:
-        self.band = band
-
-    def value(self, p: float) -> float:
-        low, high = self.band(p)
-        return 0.5 * (low + high)
-
-    def __repr__(self) -> str:
-        return f"BandCentre({self.band!r})"
+    ``schedule`` / ``band_start`` / ``band_end`` / ``band_points`` override the mapping's ``kind`` /
+    ``start`` / ``end`` / ``points`` (``linear`` and ``cosine`` without an end hold the start, as
+    before); ``schedule: callable`` with ``band_low`` / ``band_high`` (import paths, numbers or schedule
+    mappings, one per edge) builds the band from the two edges.
+    """
+    given = {key: value for key, value in old.items() if value is not None}
+    for key in given:
+        warn_renamed(key, RENAMED_BAND[key])
+    if not given:
+        return band
+    spec = dict(band) if isinstance(band, Mapping) else {"kind": "constant", "start": band}
+    kind = str(given.get("schedule", spec.get("kind", "linear"))).strip().lower()
+    edges = {name: given.get(f"band_{name}") for name in ("low", "high")}
+    if kind == "callable":
+        if None in edges.values():
+            raise config_error("band_low", "schedule=callable needs both band_low and band_high")
+        low, high = (
+            parse_schedule({"kind": e} if isinstance(e, str) else e, f"{CONFIG_PATH}.band_{name}")
+            for name, e in edges.items()
+        )
+        return BandSchedule(low, high)
+    if any(e is not None for e in edges.values()):
+        raise config_error("band_low", f"band_low / band_high are used only with schedule=callable, not {kind!r}")
+    spec["kind"] = kind
+    for key in ("start", "end", "points"):
+        if f"band_{key}" in given:
+            spec[key] = given[f"band_{key}"]
+    if kind in ("linear", "cosine") and spec.get("end") is None:
+        spec["end"] = spec.get("start")
+    return spec
 
 
 class EntrocraftCallback(EntropyController):
-    """Entrocraft band controller; see the module docstring and ``docs/controllers/entrocraft.md``."""
+    """Entrocraft band controller; see the module docstring and ``docs/controllers/entrocraft.md``.
+
+    Args:
+        band: the entropy band over training progress (see the module docstring).
+        gamma: paper mode's rejection sharpness γ (> 0).
+        mode: ``"paper"`` (rejection) or ``"hard"`` (RAFT++ / NSR advantages).
+        seed: seed of the rejection draws (their generator is checkpointed).
+        nsr_reward_offset: hard mode: NSR uses min(R − offset, 0).
+        renormalise: paper mode: ``"prompt"`` (the paper's 1/|S_x|) or ``"none"``.
+        **common: ``progress``, ``clamp_patience`` and the renamed keys (see
+            :class:`~lit_entropy.callbacks.base.EntropyController`); the old band keys of
+            :data:`RENAMED_BAND` are read here.
+    """
 
     def __init__(
         self,
-        band_start: tuple[float, float] | None = (0.6, 0.7),
-        band_end: tuple[float, float] | None = None,
-        schedule: str = "linear",
+        band: Any = (0.6, 0.7),
         gamma: float = 10.0,
         mode: str = "paper",
         seed: int = 0,
-        band_points: list[list[float]] | None = None,
-        band_low: Any = None,
-        band_high: Any = None,
         nsr_reward_offset: float = 0.0,
-        progress_unit: str = "iterations",
-        total_samples: int | None = None,
         renormalise: str = "prompt",
+        **common: Any,
     ) -> None:
+        band = band_from_renamed(band, {key: common.pop(key, None) for key in RENAMED_BAND})
+        super().__init__(target=parse_schedule(band, f"{CONFIG_PATH}.band", band=True), **common)
         if mode not in MODES:
-            raise ValueError(f"callbacks.entropy.mode={mode!r}; choose one of {MODES}")
+            raise config_error("mode", f"{mode!r}; choose one of {MODES}")
         if not (gamma > 0 and math.isfinite(gamma)):
-            raise ValueError(f"callbacks.entropy.gamma={gamma} must be finite and > 0")
+            raise config_error("gamma", f"{gamma} must be finite and > 0")
         if renormalise not in RENORMALISE:
-            raise ValueError(f"callbacks.entropy.renormalise={renormalise!r}; choose one of {RENORMALISE}")
+            raise config_error("renormalise", f"{renormalise!r}; choose one of {RENORMALISE}")
         nsr_reward_offset = float(nsr_reward_offset)
         if not math.isfinite(nsr_reward_offset):
-            raise ValueError(f"callbacks.entropy.nsr_reward_offset={nsr_reward_offset} must be finite")
-        kind = schedule.strip().lower()
-        if kind in ("constant", "linear", "cosine"):
-            if band_start is None:
-                raise ValueError(f"callbacks.entropy.schedule={schedule!r} needs band_start=[h_low, h_high]")
-            band_start = tuple(float(x) for x in band_start)
-            band_end = tuple(float(x) for x in band_end) if band_end is not None else band_start
-            if len(band_start) != 2 or len(band_end) != 2:
-                raise ValueError("callbacks.entropy.band_start / band_end must be [h_low, h_high] pairs")
-        self.band = BandSchedule.from_endpoints(
-            start=band_start, end=band_end, kind=kind, points=band_points, low=band_low, high=band_high
-        )
-        super().__init__(target=BandCentre(self.band), progress_unit=progress_unit, total_samples=total_samples)
-        if progress_unit == "samples" and not (total_samples and total_samples > 0):
-            raise ValueError("callbacks.entropy.progress_unit=samples needs total_samples > 0")
+            raise config_error("nsr_reward_offset", f"{nsr_reward_offset} must be finite")
         self.gamma = float(gamma)
         self.mode = mode
         self.seed = seed
@@ -121,32 +150,19 @@ class EntrocraftCallback(EntropyController):
             self.knobs = ("token_advantages",)
         self.generator = torch.Generator().manual_seed(seed)
 
+    @property
+    def band(self) -> BandSchedule:
+        """The band: the base class's ``target`` (its centre is the logged target entropy)."""
+        return self.target
+
     # ---- EntropyController ---------------------------------------------------------------------
-    def target_value(self, trainer: pl.Trainer, entropy: float) -> float:
-        """The band centre at the current progress."""
-        low, high = self.band(self.progress(trainer))
-        return 0.5 * (low + high)
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Fail early when the band's high edge is above log(vocab_size), the most any policy can reach."""
-        vocab = getattr(getattr(getattr(pl_module, "model", None), "config", None), "vocab_size", None)
-        if not vocab:
-            return
-        high = self.band.max_high()
-        ceiling = math.log(vocab)
-        if high > ceiling:
-            raise ValueError(
-                f"Entrocraft band reaches {high:.3f} nats, above log(vocab_size={vocab}) = {ceiling:.3f} — "
-                "unreachable target"
-            )
-
     def control(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
         low, high = self.band(self.progress(trainer))
         m = band_direction(entropy, low, high)
         if batch.advantages is None:
-            raise ValueError("Entrocraft needs batch.advantages (run the advantage estimator first)")
+            raise config_error("", "Entrocraft needs batch.advantages (run the advantage estimator first)")
         if self.mode == "paper":
             keep = sample_keep(batch.advantages, m, self.gamma, self.generator)
             batch.keep = batch.keep & keep

@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.callbacks.base import EntropyController
+from lit_entropy.callbacks.base import EntropyController, config_error
 from lit_entropy.data.batch import RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ class EntroPICCallback(EntropyController):
     changed sign. ``"conditional"`` skips integration on iterations where the output is saturated and the
     error pushes it further out; ``"none"`` is the plain sum.
 
-    State (checkpointed): the integral I and the last α.
+    State (checkpointed): the integral I and the last α. Other keys (``progress``, ``clamp_patience``)
+    go to :class:`~lit_entropy.callbacks.base.EntropyController` as ``**common``.
     """
 
     knobs = ("pic_alpha",)
@@ -52,27 +53,18 @@ class EntroPICCallback(EntropyController):
         ki: float = 0.01,
         alpha_max: float = 1.0,
         anti_windup: str = "clamp",
-        progress_unit: str = "iterations",
-        total_samples: int | None = None,
-        clamp_patience: int = 5,
+        **common: Any,
     ) -> None:
-        super().__init__(
-            target=target,
-            progress_unit=progress_unit,
-            total_samples=total_samples,
-            clamp_patience=clamp_patience,
-        )
+        super().__init__(target=target, **common)
         for name, value in (("kp", kp), ("ki", ki)):
             if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"callbacks.entropy.{name}={value} must be a finite gain >= 0")
+                raise config_error(name, f"{value} must be a finite gain >= 0")
         if kp == 0 and ki == 0:
-            raise ValueError("callbacks.entropy.kp and ki are both 0: the controller would never act")
+            raise config_error("ki", "kp and ki are both 0: the controller would never act")
         if not (0 < alpha_max <= 1):
-            raise ValueError(
-                f"callbacks.entropy.alpha_max={alpha_max} must be in (0, 1] (weights 1 ± α must stay >= 0)"
-            )
+            raise config_error("alpha_max", f"{alpha_max} must be in (0, 1] (weights 1 ± α must stay >= 0)")
         if anti_windup not in ANTI_WINDUP:
-            raise ValueError(f"callbacks.entropy.anti_windup={anti_windup!r}; choose one of {ANTI_WINDUP}")
+            raise config_error("anti_windup", f"{anti_windup!r}; choose one of {ANTI_WINDUP}")
         self.kp = float(kp)
         self.ki = float(ki)
         self.alpha_max = float(alpha_max)
@@ -102,24 +94,19 @@ class EntroPICCallback(EntropyController):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         if not hasattr(pl_module, "pic_alpha"):
-            raise ValueError(
-                f"EntroPICCallback drives the module knob 'pic_alpha', which {type(pl_module).__name__} lacks"
+            raise config_error(
+                "", f"EntroPICCallback drives the module knob 'pic_alpha', which {type(pl_module).__name__} lacks"
             )
 
     def control(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: RolloutBatch,
-        entropy: float,
-        target: float,
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
         error = entropy - target
         if math.isfinite(error):
             alpha = self.step(error)
         else:  # a NaN entropy would poison the integral for the rest of the run: hold α instead
             log.warning(
-                "EntroPICCallback: rollout/entropy=%s is not finite; keeping pic_alpha=%s",
+                "callbacks.entropy (EntroPICCallback): rollout/entropy=%s is not finite; keeping pic_alpha=%s",
                 entropy,
                 self.alpha,
             )

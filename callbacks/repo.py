@@ -8,7 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy.callbacks.base import EntropyController
+from lit_entropy.callbacks.base import EntropyController, config_error
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.repo import LOGP_FLOOR, adapt_lambda, repo_d_advantages, repo_r_advantages
 
@@ -42,7 +42,7 @@ class REPOCallback(EntropyController):
             then ±λ_min. Must be 0 or have |λ| in [λ_min, λ_max].
         lam_min, lam_max: range of |λ|; default per variant, REPO-R [1e-4, 0.05], REPO-D [1e-3, 10].
         logp_floor: REPO-R's floor on ``logp_t`` (default −20).
-        progress_unit, total_samples, clamp_patience: as in :class:`EntropyController`.
+        **common: ``progress``, ``clamp_patience`` (see :class:`EntropyController`).
     """
 
     knobs = ("token_advantages",)
@@ -55,32 +55,23 @@ class REPOCallback(EntropyController):
         lam_min: float | None = None,
         lam_max: float | None = None,
         logp_floor: float = LOGP_FLOOR,
-        progress_unit: str = "iterations",
-        total_samples: int | None = None,
-        clamp_patience: int = 5,
+        **common: Any,
     ) -> None:
-        super().__init__(
-            target=target,
-            progress_unit=progress_unit,
-            total_samples=total_samples,
-            clamp_patience=clamp_patience,
-        )
+        super().__init__(target=target, **common)
         if variant not in VARIANTS:
-            raise ValueError(f"callbacks.entropy.variant={variant!r}; choose one of {VARIANTS}")
+            raise config_error("variant", f"{variant!r}; choose one of {VARIANTS}")
         default_min, default_max = LAMBDA_RANGES[variant]
         lam_min = float(default_min if lam_min is None else lam_min)
         lam_max = float(default_max if lam_max is None else lam_max)
         if not (0 < lam_min <= lam_max < float("inf")):
-            raise ValueError(
-                f"callbacks.entropy: need 0 < lam_min <= lam_max < inf, got lam_min={lam_min}, lam_max={lam_max}"
+            raise config_error(
+                "lam_min", f"need 0 < lam_min <= lam_max < inf, got lam_min={lam_min}, lam_max={lam_max}"
             )
         lam_init = float(lam_init)
         if lam_init != 0 and not lam_min <= abs(lam_init) <= lam_max:
-            raise ValueError(
-                f"callbacks.entropy.lam_init={lam_init}: must be 0 or have |lam_init| in [{lam_min}, {lam_max}]"
-            )
+            raise config_error("lam_init", f"{lam_init} must be 0 or have |lam_init| in [{lam_min}, {lam_max}]")
         if not (math.isfinite(logp_floor) and logp_floor < 0):
-            raise ValueError(f"callbacks.entropy.logp_floor={logp_floor} must be a finite negative log-prob")
+            raise config_error("logp_floor", f"{logp_floor} must be a finite negative log-prob")
         self.variant = variant
         self.lam_min = lam_min
         self.lam_max = lam_max
@@ -88,18 +79,13 @@ class REPOCallback(EntropyController):
         self.lam = lam_init
 
     def control(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: RolloutBatch,
-        entropy: float,
-        target: float,
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
         needed = ("advantages", "old_logp") + (("entropy",) if self.variant == "d" else ())
         missing = [name for name in needed if getattr(batch, name) is None]
         if missing:
-            raise ValueError(
-                f"REPO-{self.variant.upper()} needs batch.{', batch.'.join(missing)} (pre-update pass)"
+            raise config_error(
+                "", f"REPO-{self.variant.upper()} needs batch.{', batch.'.join(missing)} (pre-update pass)"
             )
         self.lam = adapt_lambda(self.lam, entropy, target, self.lam_min, self.lam_max)
         self.note_clamp(abs(self.lam) >= self.lam_max, "|repo_lambda|")

@@ -6,6 +6,9 @@ Every schedule clamps ``p`` to [0, 1] before evaluating.
 Kinds (:func:`make_schedule`): ``constant`` (``start``), ``linear`` / ``cosine`` (``start`` → ``end``),
 ``piecewise`` (``points = [[p, value], ...]``, linear between the points) and any callable
 ``p -> float`` given as an import path. :class:`BandSchedule` pairs two of them into an entropy band.
+
+:func:`parse_schedule` is the one config grammar: a controller's ``target`` (values are entropies) and
+Entrocraft's ``band`` (values are ``[h_low, h_high]`` pairs) are both read by it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 SCHEDULE_KINDS = ("constant", "linear", "cosine", "piecewise")
-BAND_KINDS = (*SCHEDULE_KINDS, "callable")
+SPEC_KEYS = ("kind", "start", "end", "points")
+"""The keys of a schedule mapping in a config."""
 
 
 def progress(iteration: int, total: int) -> float:
@@ -230,34 +234,20 @@ def make_schedule(
     )
 
 
-def _edge(spec: Any, name: str) -> Schedule:
-    """One band edge: a number (constant), an import path or callable, a Schedule, or a schedule mapping."""
-    if spec is None:
-        raise ValueError(f"band kind 'callable' needs {name}= (an import path 'pkg.module:function')")
-    if isinstance(spec, Schedule):
-        return spec
-    if isinstance(spec, str):
-        return CallableSchedule(_resolve_callable(spec.strip()))
-    if isinstance(spec, Mapping):
-        spec = dict(spec)
-        return make_schedule(spec.pop("kind", "linear"), **spec)
-    if callable(spec):
-        return CallableSchedule(spec)
-    return ConstantSchedule(_number(spec, f"band edge {name}"))
-
-
-def _pair(band: Any, what: str) -> tuple[float, float]:
-    if band is None or isinstance(band, (str, bytes)) or not hasattr(band, "__len__") or len(band) != 2:
-        raise ValueError(f"{what} must be an [h_low, h_high] pair, got {band!r}")
-    return float(band[0]), float(band[1])
+def probe_points(*schedules: Schedule, n: int = 101) -> list[float]:
+    """Progress values that cover ``schedules``: a grid of ``n`` points plus every piecewise knot."""
+    ps = {k / (n - 1) for k in range(n)} if n > 1 else {0.0, 1.0}
+    for schedule in schedules:
+        ps.update(getattr(schedule, "knots", ()))
+    return sorted(ps)
 
 
 class BandSchedule:
-    """An entropy band ``(h_low(p), h_high(p))``.
+    """An entropy band ``(h_low(p), h_high(p))``: two schedules, one per edge.
 
-    Validated at ``p = 0`` and ``p = 1`` on construction (linear and cosine interpolation then keep the
-    order in between) and again at every call: both ends finite and non-negative, ``h_low <= h_high``.
-    :meth:`from_endpoints` also checks piecewise bands at every knot and callable bands on a grid.
+    Validated at ``p = 0`` and ``p = 1`` on construction and again at every call: both ends finite and
+    non-negative, ``h_low <= h_high``. :func:`parse_schedule` also checks it at every piecewise knot
+    (and on a grid for callables), so a crossing mid-run fails at start-up, not when training gets there.
     """
 
     def __init__(self, low: Schedule, high: Schedule) -> None:
@@ -274,78 +264,140 @@ class BandSchedule:
             raise ValueError(f"entropy band has h_low={lo} > h_high={hi} at p={p}")
         return lo, hi
 
-    def probe_points(self, n: int = 101) -> list[float]:
-        """Progress values that cover the band: a grid of ``n`` points plus every piecewise knot."""
-        ps = {k / (n - 1) for k in range(n)} if n > 1 else {0.0, 1.0}
-        for edge in (self.low, self.high):
-            ps.update(getattr(edge, "knots", ()))
-        return sorted(ps)
+    def centre(self, p: float) -> float:
+        """``(h_low + h_high) / 2`` at ``p``: the target entropy a band controller logs."""
+        low, high = self(p)
+        return 0.5 * (low + high)
 
     def check(self, n: int = 101) -> None:
-        """Validate the band at every :meth:`probe_points` value (raises ``ValueError`` naming ``p``)."""
-        for p in self.probe_points(n):
+        """Validate the band at every :func:`probe_points` value (raises ``ValueError`` naming ``p``)."""
+        for p in probe_points(self.low, self.high, n=n):
             self(p)
 
     def max_high(self, n: int = 101) -> float:
-        """The highest ``h_high`` over :meth:`probe_points` (exact for constant/linear/cosine/piecewise)."""
-        return max(self(p)[1] for p in self.probe_points(n))
-
-    @classmethod
-    def from_endpoints(
-        cls,
-        start: tuple[float, float] | None = None,
-        end: tuple[float, float] | None = None,
-        kind: str = "linear",
-        points: Sequence[Sequence[float]] | None = None,
-        low: Any = None,
-        high: Any = None,
-    ) -> BandSchedule:
-        """A band from a config.
-
-        * ``kind`` ``linear`` / ``cosine``: from ``start = (lo0, hi0)`` to ``end = (lo1, hi1)``;
-          ``constant`` uses ``start`` (``end`` may be None).
-        * ``kind="piecewise"``: ``points = [[p, h_low, h_high], ...]``, one row per knot, both edges
-          linear between knots and constant outside (see :class:`PiecewiseLinearSchedule`). One table
-          keeps the two edges on the same knots, so checking ``h_low <= h_high`` at the knots checks
-          the whole band.
-        * ``kind="callable"``: ``low`` and ``high`` are each an import path ``"pkg.module:function"``
-          (or a callable, a number for a fixed edge, or a schedule mapping ``{kind, start, end,
-          points}``). The band is checked on a grid of 101 progress values.
-        """
-        name = kind.strip().lower() if isinstance(kind, str) else kind
-        if name not in BAND_KINDS:
-            raise ValueError(f"unknown band kind {kind!r}; valid kinds: {', '.join(BAND_KINDS)}")
-        if points is not None and name != "piecewise":
-            raise ValueError(f"band points are used only with kind='piecewise', not {kind!r}")
-        if (low is not None or high is not None) and name != "callable":
-            raise ValueError(f"band low/high edges are used only with kind='callable', not {kind!r}")
-        if name == "piecewise":
-            if points is None or isinstance(points, (str, bytes, Mapping)) or not hasattr(points, "__iter__"):
-                raise ValueError(
-                    f"band kind 'piecewise' needs points=[[p, h_low, h_high], ...], got {points!r}"
-                )
-            rows = []
-            for i, row in enumerate(points):
-                if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != 3:
-                    raise ValueError(f"band point {i} must be a [p, h_low, h_high] triple, got {row!r}")
-                rows.append(tuple(row))
-            band = cls(
-                PiecewiseLinearSchedule([(r[0], r[1]) for r in rows]),
-                PiecewiseLinearSchedule([(r[0], r[2]) for r in rows]),
-            )
-            band.check(n=2)
-            return band
-        if name == "callable":
-            band = cls(_edge(low, "low"), _edge(high, "high"))
-            band.check()
-            return band
-        lo0, hi0 = _pair(start, "band start")
-        if name == "constant":
-            return cls(ConstantSchedule(lo0), ConstantSchedule(hi0))
-        if end is None:
-            raise ValueError(f"band kind {kind!r} needs an end band (got start={start}, end=None)")
-        lo1, hi1 = _pair(end, "band end")
-        return cls(make_schedule(name, lo0, lo1), make_schedule(name, hi0, hi1))
+        """The highest ``h_high`` over :func:`probe_points` (exact for constant/linear/cosine/piecewise)."""
+        return max(self(p)[1] for p in probe_points(self.low, self.high, n=n))
 
     def __repr__(self) -> str:
         return f"BandSchedule(low={self.low!r}, high={self.high!r})"
+
+
+class PairComponent(Schedule):
+    """One edge of a band given as one callable ``p -> (h_low, h_high)``: ``index`` 0 is h_low, 1 is h_high."""
+
+    def __init__(self, fn: Callable[[float], Sequence[float]], index: int) -> None:
+        self.fn = fn
+        self.index = index
+
+    def value(self, p: float) -> float:
+        return _pair(self.fn(p), f"the band function's value at p={p}")[self.index]
+
+    def __repr__(self) -> str:
+        return f"PairComponent({self.fn!r}, {self.index})"
+
+
+def _pair(value: Any, what: str) -> tuple[float, float]:
+    """Two floats (finiteness is :class:`BandSchedule`'s check)."""
+    try:
+        if isinstance(value, (str, bytes, Mapping)) or len(value) != 2:
+            raise TypeError
+        return float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an [h_low, h_high] pair of numbers, got {value!r}") from None
+
+
+def _probe_grid(*schedules: Schedule) -> int:
+    """Grid size that validates ``schedules``: their knots and ends are exact except for callables."""
+    return 101 if any(isinstance(s, (CallableSchedule, PairComponent)) for s in schedules) else 2
+
+
+def _split_band_points(points: Any) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
+    """``[[p, h_low, h_high], ...]`` into the two edges' ``[[p, value], ...]`` (one table, the same knots)."""
+    if points is None or isinstance(points, (str, bytes, Mapping)) or not hasattr(points, "__iter__"):
+        raise ValueError(f"kind 'piecewise' needs points=[[p, h_low, h_high], ...], got {points!r}")
+    rows = []
+    for i, row in enumerate(points):
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != 3:
+            raise ValueError(f"band point {i} must be a [p, h_low, h_high] triple, got {row!r}")
+        rows.append(tuple(row))
+    return [(r[0], r[1]) for r in rows], [(r[0], r[2]) for r in rows]
+
+
+def _from_mapping(spec: Mapping, band: bool) -> Schedule | BandSchedule:
+    """A schedule mapping. Each kind reads its own keys: ``constant`` ``start``, ``linear`` / ``cosine``
+    ``start`` and ``end``, ``piecewise`` ``points``, an import path none. Keys another kind reads are
+    ignored (a config merge leaves the defaults' ``start`` / ``end`` behind), except ``points``: set
+    without ``kind: piecewise`` it is a mistake."""
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; a schedule mapping takes {', '.join(SPEC_KEYS)}")
+    kind = spec.get("kind", "linear")
+    name = kind.strip().lower() if isinstance(kind, str) else None
+    start, end, points = spec.get("start"), spec.get("end"), spec.get("points")
+    if points is not None and name != "piecewise":
+        raise ValueError(f"points are used only with kind='piecewise', not {kind!r}")
+    if name not in SCHEDULE_KINDS:  # an import path or a callable: p -> value
+        schedule = make_schedule(kind)  # checks the name, imports the path
+        if not band:
+            return schedule
+        fn = getattr(schedule, "fn", schedule)
+        return BandSchedule(PairComponent(fn, 0), PairComponent(fn, 1))
+    if not band:
+        if name == "piecewise":
+            return make_schedule(name, points=points)
+        return make_schedule(name, start, None if name == "constant" else end)
+    if name == "piecewise":
+        low_points, high_points = _split_band_points(points)
+        return BandSchedule(make_schedule(name, points=low_points), make_schedule(name, points=high_points))
+    lo0, hi0 = _pair(start, "start")
+    if name == "constant":
+        return BandSchedule(ConstantSchedule(lo0), ConstantSchedule(hi0))
+    if end is None:
+        raise ValueError(f"kind {kind!r} needs an end band (got start={list(start)}, end=None)")
+    lo1, hi1 = _pair(end, "end")
+    return BandSchedule(make_schedule(name, lo0, lo1), make_schedule(name, hi0, hi1))
+
+
+def parse_schedule(spec: Any, key: str, *, band: bool = False) -> Schedule | BandSchedule:
+    """The config grammar for a value that follows training progress; errors start with ``key``.
+
+    A *value* is an entropy in nats (``band=False``: a controller's ``target``) or an ``[h_low, h_high]``
+    pair (``band=True``: Entrocraft's ``band``). ``spec`` is
+
+    * a value: fixed for the whole run;
+    * ``{kind: constant, start: value}``;
+    * ``{kind: linear | cosine, start: value, end: value}`` (``kind`` defaults to ``linear``);
+    * ``{kind: piecewise, points: [[p, value...], ...]}``: ``[p, h]`` rows, or ``[p, h_low, h_high]``
+      rows for a band (one table keeps both edges on the same knots);
+    * ``{kind: "pkg.module:function"}``: a callable ``p -> value``;
+    * from Python, also a built :class:`Schedule` / :class:`BandSchedule` or a callable ``p -> value``.
+
+    Every value must be finite and non-negative: checked at both ends and every piecewise knot, and on a
+    grid of 101 progress values for callables, so a band that crosses mid-run fails here, not mid-run.
+    """
+    try:
+        if band:
+            if isinstance(spec, BandSchedule):
+                out = spec
+            elif isinstance(spec, Mapping):
+                out = _from_mapping(spec, band=True)
+            elif callable(spec):
+                out = BandSchedule(PairComponent(spec, 0), PairComponent(spec, 1))
+            else:
+                lo, hi = _pair(spec, "a fixed band")
+                out = BandSchedule(ConstantSchedule(lo), ConstantSchedule(hi))
+            out.check(_probe_grid(out.low, out.high))
+            return out
+        if isinstance(spec, Mapping):
+            out = _from_mapping(spec, band=False)
+        elif isinstance(spec, Schedule) or callable(spec):
+            out = make_schedule(spec)
+        else:
+            out = ConstantSchedule(_number(spec, "a fixed value"))
+        for p in probe_points(out, n=_probe_grid(out)):
+            value = out(p)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"must be a finite entropy >= 0 (nats), got {value} at p={p}")
+        return out
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{key}: {err}") from err

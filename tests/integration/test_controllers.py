@@ -82,8 +82,8 @@ def test_entrocraft_hard_lever_moves_lab_entropy_the_designed_way(tmp_path):
     for name, band in {"raft": "[0.0,0.01]", "nsr": "[2.0,2.1]"}.items():
         run = tmp_path / name
         cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "trainer.max_epochs=6",
-               "callbacks/entropy=entrocraft_hard", "callbacks.entropy.schedule=constant",
-               f"callbacks.entropy.band_start={band}", f"paths.log_dir={tmp_path}", f"hydra.run.dir={run}"]
+               "callbacks/entropy=entrocraft_hard", "callbacks.entropy.band.kind=constant",
+               f"callbacks.entropy.band.start={band}", f"paths.log_dir={tmp_path}", f"hydra.run.dir={run}"]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         scalars = read_scalars(run)

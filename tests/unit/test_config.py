@@ -54,8 +54,8 @@ def test_entrocraft_hard_is_entrocraft_with_two_keys_changed():
     paper = OmegaConf.to_container(compose_train(["callbacks/entropy=entrocraft", *OUT]).callbacks.entropy)
     assert paper["mode"] == "paper" and hard["mode"] == "hard" and hard["nsr_reward_offset"] == 1.0
     assert {k for k in paper if paper[k] != hard[k]} == {"mode", "nsr_reward_offset"}
-    moved = compose_train(["callbacks/entropy=entrocraft_hard", "callbacks.entropy.band_start=[0.5,0.6]", *OUT])
-    assert list(moved.callbacks.entropy.band_start) == [0.5, 0.6]
+    moved = compose_train(["callbacks/entropy=entrocraft_hard", "callbacks.entropy.band.start=[0.5,0.6]", *OUT])
+    assert list(moved.callbacks.entropy.band.start) == [0.5, 0.6]
 
 
 def test_smoke_overlay_shrinks_the_run():

@@ -34,7 +34,7 @@ def trainer_at(epoch: int, max_epochs: int = 11):
 
 
 def test_band_follows_linear_schedule_over_iterations():
-    cb = EntrocraftCallback(band_start=(0.6, 0.7), band_end=(0.4, 0.5), schedule="linear")
+    cb = EntrocraftCallback(band={"kind": "linear", "start": (0.6, 0.7), "end": (0.4, 0.5)})
     seen = []
     for epoch in (0, 5, 10):
         batch = make_batch(0.65, [0.5, -0.5])
@@ -45,7 +45,7 @@ def test_band_follows_linear_schedule_over_iterations():
 
 
 def test_inside_band_keeps_everything():
-    cb = EntrocraftCallback(band_start=(0.6, 0.7))
+    cb = EntrocraftCallback(band=(0.6, 0.7))
     batch = make_batch(0.65, [2.0, -2.0] * 50)
     cb.on_rollout_batch(trainer_at(0), None, batch)
     assert batch.keep.all()
@@ -54,7 +54,7 @@ def test_inside_band_keeps_everything():
 
 @pytest.mark.parametrize("entropy,dropped_sign", [(0.9, -1.0), (0.3, 1.0)])
 def test_outside_band_rejects_the_side_that_pushes_entropy_the_wrong_way(entropy, dropped_sign):
-    cb = EntrocraftCallback(band_start=(0.6, 0.7), gamma=10.0, seed=3)
+    cb = EntrocraftCallback(band=(0.6, 0.7), gamma=10.0, seed=3)
     adv = [1.0, -1.0] * 200
     batch = make_batch(entropy, adv)
     cb.on_rollout_batch(trainer_at(0), None, batch)
@@ -68,12 +68,12 @@ def test_outside_band_rejects_the_side_that_pushes_entropy_the_wrong_way(entropy
 
 
 def test_state_dict_round_trip_reproduces_the_same_draws():
-    a = EntrocraftCallback(band_start=(0.6, 0.7), gamma=1.0, seed=7)
+    a = EntrocraftCallback(band=(0.6, 0.7), gamma=1.0, seed=7)
     a.on_rollout_batch(trainer_at(0), None, make_batch(0.9, [-0.5] * 64))
     state = a.state_dict()
     first = make_batch(0.9, [-0.5] * 64)
     a.on_rollout_batch(trainer_at(1), None, first)
-    b = EntrocraftCallback(band_start=(0.6, 0.7), gamma=1.0, seed=999)
+    b = EntrocraftCallback(band=(0.6, 0.7), gamma=1.0, seed=999)
     b.load_state_dict(state)
     second = make_batch(0.9, [-0.5] * 64)
     b.on_rollout_batch(trainer_at(1), None, second)
@@ -82,8 +82,8 @@ def test_state_dict_round_trip_reproduces_the_same_draws():
 
 
 def test_invalid_band_and_mode_fail_clearly():
-    with pytest.raises(ValueError):
-        EntrocraftCallback(band_start=(0.7, 0.6))
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.band: .*h_low=0.7 > h_high=0.6"):
+        EntrocraftCallback(band=(0.7, 0.6))
     with pytest.raises(ValueError, match="mode"):
         EntrocraftCallback(mode="bogus")
     with pytest.raises(ValueError, match="gamma"):
@@ -114,7 +114,9 @@ def test_is_an_entropy_controller_with_per_instance_knobs():
 
 
 def test_progress_in_samples_ignores_the_epoch_counter():
-    cb = EntrocraftCallback(band_start=(0.6, 0.7), band_end=(0.4, 0.5), progress_unit="samples", total_samples=8)
+    cb = EntrocraftCallback(
+        band={"kind": "linear", "start": (0.6, 0.7), "end": (0.4, 0.5)}, progress={"unit": "samples", "total_samples": 8}
+    )
     seen = []
     for _ in range(4):
         batch = make_batch(0.55, [0.5, -0.5, 0.5, -0.5])  # 4 rows per iteration
@@ -122,14 +124,14 @@ def test_progress_in_samples_ignores_the_epoch_counter():
         seen.append((batch.metrics["control/band_low"], batch.metrics["control/band_high"]))
     assert seen == [pytest.approx((0.6, 0.7)), pytest.approx((0.5, 0.6))] + [pytest.approx((0.4, 0.5))] * 2
     assert cb.samples_seen == 16
-    with pytest.raises(ValueError, match="total_samples"):
-        EntrocraftCallback(progress_unit="samples")
-    with pytest.raises(ValueError, match="progress_unit"):
-        EntrocraftCallback(progress_unit="tokens")
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.progress\.total_samples: "):
+        EntrocraftCallback(progress={"unit": "samples"})
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.progress\.unit: 'tokens'"):
+        EntrocraftCallback(progress={"unit": "tokens"})
 
 
 def test_piecewise_band_through_the_callback():
-    cb = EntrocraftCallback(schedule="piecewise", band_points=[[0, 0.6, 0.7], [0.5, 0.5, 0.6], [1, 0.2, 0.3]])
+    cb = EntrocraftCallback(band={"kind": "piecewise", "points": [[0, 0.6, 0.7], [0.5, 0.5, 0.6], [1, 0.2, 0.3]]})
     got = []
     for epoch in (0, 5, 10):
         batch = make_batch(0.5, [1.0, -1.0])
@@ -137,8 +139,8 @@ def test_piecewise_band_through_the_callback():
         got.append((batch.metrics["control/band_low"], batch.metrics["control/band_high"]))
         assert batch.metrics["control/target_entropy"] == pytest.approx(sum(got[-1]) / 2)
     assert got == [pytest.approx((0.6, 0.7)), pytest.approx((0.5, 0.6)), pytest.approx((0.2, 0.3))]
-    with pytest.raises(ValueError, match="piecewise"):
-        EntrocraftCallback(schedule="linear", band_points=[[0, 0.6, 0.7]])
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.band: .*piecewise"):
+        EntrocraftCallback(band={"kind": "linear", "start": (0.6, 0.7), "end": (0.6, 0.7), "points": [[0, 0.6, 0.7]]})
 
 
 def low_edge(p: float) -> float:
@@ -149,8 +151,12 @@ def high_edge(p: float) -> float:
     return 0.5 - 0.2 * p
 
 
+def band_edges(p: float) -> tuple[float, float]:
+    return low_edge(p), high_edge(p)
+
+
 def test_callable_band_through_the_callback():
-    cb = EntrocraftCallback(schedule="callable", band_low=f"{__name__}:low_edge", band_high=f"{__name__}:high_edge")
+    cb = EntrocraftCallback(band={"kind": f"{__name__}:band_edges"})
     batch = make_batch(0.9, [1.0, -1.0])
     cb.on_rollout_batch(trainer_at(5), None, batch)
     assert batch.metrics["control/band_low"] == pytest.approx(0.3)
@@ -168,9 +174,9 @@ def test_yaml_instantiates_with_overrides():
 
     default = build()
     assert default.mode == "paper" and default.band(0.0) == pytest.approx((0.45, 0.55))
-    pw = build(schedule="piecewise", band_points=[[0, 0.4, 0.5], [0.5, 0.3, 0.4], [1, 0.2, 0.3]])
+    pw = build(band={"kind": "piecewise", "points": [[0, 0.4, 0.5], [0.5, 0.3, 0.4], [1, 0.2, 0.3]]})
     assert pw.band(0.25) == pytest.approx((0.35, 0.45))
-    hard = build(mode="hard", nsr_reward_offset=1, progress_unit="samples", total_samples=1024)
+    hard = build(mode="hard", nsr_reward_offset=1, progress={"unit": "samples", "total_samples": 1024})
     assert hard.knobs == ("token_advantages",) and hard.nsr_reward_offset == 1.0
 
 
@@ -180,11 +186,11 @@ def module_with_vocab(vocab: int):
 
 def test_fit_start_checks_the_high_edge_everywhere():
     ceiling = math.log(2)  # 0.693
-    EntrocraftCallback(band_start=(0.6, 0.69)).on_fit_start(None, module_with_vocab(2))
-    with pytest.raises(ValueError, match="log\\(vocab_size=2\\)"):
-        EntrocraftCallback(band_start=(0.6, 0.7)).on_fit_start(None, module_with_vocab(2))
+    EntrocraftCallback(band=(0.6, 0.69)).on_fit_start(None, module_with_vocab(2))
+    with pytest.raises(ValueError, match="^callbacks\\.entropy\\.band: .*log\\(vocab_size=2\\)"):
+        EntrocraftCallback(band=(0.6, 0.7)).on_fit_start(None, module_with_vocab(2))
     # The high edge peaks mid-run: only a check at every knot sees it.
-    cb = EntrocraftCallback(schedule="piecewise", band_points=[[0, 0.3, 0.4], [0.5, 0.6, ceiling + 0.01], [1, 0.3, 0.4]])
+    cb = EntrocraftCallback(band={"kind": "piecewise", "points": [[0, 0.3, 0.4], [0.5, 0.6, ceiling + 0.01], [1, 0.3, 0.4]]})
     with pytest.raises(ValueError, match="unreachable"):
         cb.on_fit_start(None, module_with_vocab(2))
     cb.on_fit_start(None, module_with_vocab(32000))
@@ -203,7 +209,7 @@ def hard_batch(entropy: float, rewards: list[float]) -> RolloutBatch:
 
 def test_hard_mode_raft_pp_above_the_band():
     batch = hard_batch(0.9, REWARDS)
-    cb = EntrocraftCallback(band_start=(0.6, 0.7), mode="hard")
+    cb = EntrocraftCallback(band=(0.6, 0.7), mode="hard")
     cb.on_rollout_batch(trainer_at(0), None, batch)
     expected = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0])  # max(R, 0)
     assert torch.equal(batch.advantages, expected)
@@ -217,18 +223,18 @@ def test_hard_mode_nsr_below_the_band():
     # Rewards in {-1, +1}: NSR keeps the -1 of the failures, 0 elsewhere.
     pm = [2 * r - 1 for r in REWARDS]
     batch = hard_batch(0.3, pm)
-    EntrocraftCallback(band_start=(0.6, 0.7), mode="hard").on_rollout_batch(trainer_at(0), None, batch)
+    EntrocraftCallback(band=(0.6, 0.7), mode="hard").on_rollout_batch(trainer_at(0), None, batch)
     expected = torch.tensor([0.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0, -1.0])  # min(R, 0)
     assert torch.equal(batch.advantages, expected)
     assert torch.equal(batch.token_advantages, expected[:, None].expand(8, 4))
     assert batch.metrics["control/direction"] == -1.0
     # 0/1 rewards: min(R, 0) is all zeros (no update) ...
     batch = hard_batch(0.3, REWARDS)
-    EntrocraftCallback(band_start=(0.6, 0.7), mode="hard").on_rollout_batch(trainer_at(0), None, batch)
+    EntrocraftCallback(band=(0.6, 0.7), mode="hard").on_rollout_batch(trainer_at(0), None, batch)
     assert torch.equal(batch.advantages, torch.zeros(8))
     # ... unless the offset maps {0, 1} to {-1, 0}: the same NSR as with {-1, +1} rewards.
     batch = hard_batch(0.3, REWARDS)
-    EntrocraftCallback(band_start=(0.6, 0.7), mode="hard", nsr_reward_offset=1.0).on_rollout_batch(
+    EntrocraftCallback(band=(0.6, 0.7), mode="hard", nsr_reward_offset=1.0).on_rollout_batch(
         trainer_at(0), None, batch
     )
     assert torch.equal(batch.advantages, expected)
@@ -238,7 +244,7 @@ def test_hard_mode_inside_the_band_is_plain_grpo():
     batch = hard_batch(0.65, REWARDS)
     grpo = compute_advantages("grpo", torch.tensor(REWARDS), 4)
     before_tokens = batch.token_advantages
-    EntrocraftCallback(band_start=(0.6, 0.7), mode="hard", nsr_reward_offset=1.0).on_rollout_batch(
+    EntrocraftCallback(band=(0.6, 0.7), mode="hard", nsr_reward_offset=1.0).on_rollout_batch(
         trainer_at(0), None, batch
     )
     assert torch.equal(batch.advantages, grpo)
@@ -248,7 +254,7 @@ def test_hard_mode_inside_the_band_is_plain_grpo():
 
 def test_hard_mode_offset_does_not_touch_raft_pp():
     batch = hard_batch(0.9, REWARDS)
-    EntrocraftCallback(band_start=(0.6, 0.7), mode="hard", nsr_reward_offset=1.0).on_rollout_batch(
+    EntrocraftCallback(band=(0.6, 0.7), mode="hard", nsr_reward_offset=1.0).on_rollout_batch(
         trainer_at(0), None, batch
     )
     assert torch.equal(batch.advantages, torch.tensor(REWARDS))
@@ -267,7 +273,7 @@ def run_iterations(cb: EntrocraftCallback, start: int, stop: int, max_epochs: in
     for it in range(start, stop):
         batch = make_batch(ENTROPIES[it], advs[it].tolist())
         # Counting samples, the schedule must not depend on the trainer's epoch counter at all.
-        epoch = 0 if cb.progress_unit == "samples" else it
+        epoch = 0 if cb.progress_config.unit == "samples" else it
         cb.on_rollout_batch(trainer_at(epoch, max_epochs), None, batch)
         m = batch.metrics
         out.append((batch.keep.clone(), m["control/band_low"], m["control/band_high"],
@@ -284,8 +290,8 @@ def assert_same(a: list[tuple], b: list[tuple]) -> None:
 
 @pytest.mark.parametrize("unit", ["iterations", "samples"])
 def test_resume_mid_sequence_reproduces_keep_masks_and_band_bit_for_bit(unit):
-    kwargs = dict(band_start=(0.6, 0.7), band_end=(0.3, 0.4), schedule="cosine", gamma=2.0,
-                  progress_unit=unit, total_samples=32 * 7)
+    kwargs = dict(band={"kind": "cosine", "start": (0.6, 0.7), "end": (0.3, 0.4)}, gamma=2.0,
+                  progress={"unit": unit, "total_samples": 32 * 7})
     reference = run_iterations(EntrocraftCallback(seed=5, **kwargs), 0, 8)
     first = EntrocraftCallback(seed=5, **kwargs)
     head = run_iterations(first, 0, 3)
@@ -316,7 +322,7 @@ def test_paper_mode_renormalises_each_prompt_over_its_kept_rows():
     keep = torch.tensor([True, False, False, False, True, True, True, True, False, False, False, False])
     w = group_renormalised_weights(keep, 4)
     assert w.tolist() == [4.0, 0, 0, 0, 1.0, 1.0, 1.0, 1.0, 0, 0, 0, 0]
-    cb = EntrocraftCallback(band_start=(0.6, 0.7), gamma=10.0, seed=3)
+    cb = EntrocraftCallback(band=(0.6, 0.7), gamma=10.0, seed=3)
     batch = make_batch(0.9, [1.0, -1.0] * 50)  # groups of 2: one positive, one negative
     cb.on_rollout_batch(trainer_at(0), None, batch)
     kept_positive = batch.keep & (batch.advantages > 0)
@@ -326,7 +332,7 @@ def test_paper_mode_renormalises_each_prompt_over_its_kept_rows():
 
 
 def test_paper_mode_without_renormalisation_only_drops_rows():
-    cb = EntrocraftCallback(band_start=(0.6, 0.7), gamma=10.0, seed=3, renormalise="none")
+    cb = EntrocraftCallback(band=(0.6, 0.7), gamma=10.0, seed=3, renormalise="none")
     batch = make_batch(0.9, [1.0, -1.0] * 50)
     cb.on_rollout_batch(trainer_at(0), None, batch)
     assert batch.row_weight is None and cb.knobs == ("keep",)

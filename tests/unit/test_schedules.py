@@ -10,8 +10,13 @@ from lit_entropy.schedules import (
     LinearSchedule,
     PiecewiseLinearSchedule,
     make_schedule,
+    parse_schedule,
     progress,
 )
+
+
+def band(spec):
+    return parse_schedule(spec, "callbacks.entropy.band", band=True)
 
 
 def test_progress():
@@ -91,36 +96,53 @@ def test_make_schedule_unknown_kind():
 
 @pytest.mark.parametrize("kind", ["linear", "cosine"])
 def test_band_from_endpoints(kind):
-    band = BandSchedule.from_endpoints(start=(0.6, 0.7), end=(0.4, 0.5), kind=kind)
-    assert band(0.0) == pytest.approx((0.6, 0.7))
-    assert band(0.5) == pytest.approx((0.5, 0.6))
-    assert band(1.0) == pytest.approx((0.4, 0.5))
+    b = band({"kind": kind, "start": (0.6, 0.7), "end": (0.4, 0.5)})
+    assert b(0.0) == pytest.approx((0.6, 0.7))
+    assert b(0.5) == pytest.approx((0.5, 0.6))
+    assert b(1.0) == pytest.approx((0.4, 0.5))
 
 
 def test_band_constant_uses_start():
-    band = BandSchedule.from_endpoints(start=(0.6, 0.7), end=(0.4, 0.5), kind="constant")
-    assert band(0.0) == band(1.0) == (0.6, 0.7)
+    b = band({"kind": "constant", "start": (0.6, 0.7), "end": (0.4, 0.5)})
+    assert b(0.0) == b(1.0) == (0.6, 0.7)
+    assert band([0.6, 0.7])(0.3) == (0.6, 0.7)  # a fixed band
 
 
 def test_band_validation():
     with pytest.raises(ValueError, match="0.8"):
-        BandSchedule.from_endpoints(start=(0.8, 0.7), end=(0.4, 0.5))
+        band({"start": (0.8, 0.7), "end": (0.4, 0.5)})
     with pytest.raises(ValueError, match="h_low"):
-        BandSchedule.from_endpoints(start=(0.6, 0.7), end=(0.5, 0.4), kind="cosine")
+        band({"kind": "cosine", "start": (0.6, 0.7), "end": (0.5, 0.4)})
     with pytest.raises(ValueError, match="non-negative"):
-        BandSchedule.from_endpoints(start=(-0.1, 0.7), end=(0.4, 0.5))
+        band({"start": (-0.1, 0.7), "end": (0.4, 0.5)})
     with pytest.raises(ValueError, match="non-negative"):
-        BandSchedule.from_endpoints(start=(0.1, float("inf")), end=(0.4, 0.5))
+        band({"start": (0.1, float("inf")), "end": (0.4, 0.5)})
     with pytest.raises(ValueError, match="non-negative"):
-        BandSchedule.from_endpoints(start=(float("nan"), 0.7), kind="constant")
+        band({"kind": "constant", "start": (float("nan"), 0.7)})
     with pytest.raises(ValueError, match="valid kinds"):
-        BandSchedule.from_endpoints(start=(0.6, 0.7), end=(0.4, 0.5), kind="step")
+        band({"kind": "step", "start": (0.6, 0.7), "end": (0.4, 0.5)})
     with pytest.raises(ValueError, match="end"):
-        BandSchedule.from_endpoints(start=(0.6, 0.7), kind="linear")
-    # A callable band that crosses in the middle is caught when evaluated there.
-    band = BandSchedule(CallableSchedule(lambda p: 0.5), CallableSchedule(lambda p: 0.6 - 0.8 * p * (1 - p)))
-    with pytest.raises(ValueError):
+        band({"kind": "linear", "start": (0.6, 0.7)})
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.band: a fixed band must be an \[h_low, h_high\] pair"):
         band(0.5)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['stop'\]"):
+        band({"start": (0.6, 0.7), "stop": (0.4, 0.5)})
+    # A callable band that crosses in the middle is caught when evaluated there.
+    b = BandSchedule(CallableSchedule(lambda p: 0.5), CallableSchedule(lambda p: 0.6 - 0.8 * p * (1 - p)))
+    with pytest.raises(ValueError):
+        b(0.5)
+
+
+def test_scalar_grammar_is_the_band_grammar_with_numbers():
+    key = "callbacks.entropy.target"
+    assert parse_schedule(0.4, key)(0.7) == 0.4
+    assert parse_schedule({"kind": "linear", "start": 0.6, "end": 0.4, "points": None}, key)(0.5) == pytest.approx(0.5)
+    assert parse_schedule({"kind": "piecewise", "start": 0.6, "points": [[0, 0.5], [1, 0.3]]}, key)(0.5) == 0.4
+    assert parse_schedule({"kind": "math:sqrt"}, key)(0.25) == 0.5
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.target: must be a finite entropy >= 0"):
+        parse_schedule({"kind": "linear", "start": 0.5, "end": -0.1}, key)
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.target: points are used only with kind='piecewise'"):
+        parse_schedule({"kind": "linear", "start": 0.6, "end": 0.4, "points": [[0, 0.5]]}, key)
 
 
 # ---- piecewise ------------------------------------------------------------------------------------
@@ -200,63 +222,50 @@ def test_make_schedule_accepts_callables_and_schedules():
 
 # ---- bands ----------------------------------------------------------------------------------------
 def test_band_piecewise_points_are_p_low_high_rows():
-    band = BandSchedule.from_endpoints(
-        kind="piecewise", points=[[0.0, 0.6, 0.7], [0.5, 0.5, 0.6], [1.0, 0.3, 0.5]]
-    )
-    assert band(0.0) == (0.6, 0.7)
-    assert band(0.25) == pytest.approx((0.55, 0.65))
-    assert band(0.75) == pytest.approx((0.4, 0.55))
-    assert band(1.0) == (0.3, 0.5)
-    assert band.max_high() == 0.7
+    b = band({"kind": "piecewise", "points": [[0.0, 0.6, 0.7], [0.5, 0.5, 0.6], [1.0, 0.3, 0.5]]})
+    assert b(0.0) == (0.6, 0.7)
+    assert b(0.25) == pytest.approx((0.55, 0.65))
+    assert b(0.75) == pytest.approx((0.4, 0.55))
+    assert b(1.0) == (0.3, 0.5)
+    assert b.max_high() == 0.7
 
 
 def test_band_piecewise_validation():
     # Crossing at a middle knot is caught at construction, not when training gets there.
     with pytest.raises(ValueError, match="h_low=0.6 > h_high=0.5 at p=0.5"):
-        BandSchedule.from_endpoints(kind="piecewise", points=[[0, 0.4, 0.5], [0.5, 0.6, 0.5], [1, 0.2, 0.3]])
+        band({"kind": "piecewise", "points": [[0, 0.4, 0.5], [0.5, 0.6, 0.5], [1, 0.2, 0.3]]})
     with pytest.raises(ValueError, match=r"\[p, h_low, h_high\] triple"):
-        BandSchedule.from_endpoints(kind="piecewise", points=[[0, 0.4]])
+        band({"kind": "piecewise", "points": [[0, 0.4]]})
     with pytest.raises(ValueError, match="needs points"):
-        BandSchedule.from_endpoints(kind="piecewise")
+        band({"kind": "piecewise"})
     with pytest.raises(ValueError, match="sorted by p"):
-        BandSchedule.from_endpoints(kind="piecewise", points=[[1, 0.4, 0.5], [0, 0.4, 0.5]])
+        band({"kind": "piecewise", "points": [[1, 0.4, 0.5], [0, 0.4, 0.5]]})
     with pytest.raises(ValueError, match="only with kind='piecewise'"):
-        BandSchedule.from_endpoints(start=(0.1, 0.2), end=(0.1, 0.2), points=[[0, 0.4, 0.5]])
+        band({"start": (0.1, 0.2), "end": (0.1, 0.2), "points": [[0, 0.4, 0.5]]})
 
 
-def band_low_edge(p: float) -> float:
-    return 0.5 - 0.2 * p
+def band_edges(p: float) -> tuple[float, float]:
+    return 0.5 - 0.2 * p, 0.6 - 0.2 * p * p
 
 
-def band_high_edge(p: float) -> float:
-    return 0.6 - 0.2 * p * p
+def crossing_band(p: float) -> tuple[float, float]:
+    return 0.5, 0.6 - 0.8 * p * (1 - p)  # h_high below h_low around p = 0.5
 
 
-def crossing_high_edge(p: float) -> float:
-    return 0.6 - 0.8 * p * (1 - p)  # below 0.5 around p = 0.5
-
-
-def test_band_callable_edges_from_import_paths():
-    band = BandSchedule.from_endpoints(
-        kind="callable", low=f"{__name__}:band_low_edge", high=f"{__name__}.band_high_edge"
-    )
-    assert band(0.0) == pytest.approx((0.5, 0.6))
-    assert band(0.5) == pytest.approx((0.4, 0.55))
-    assert band(1.0) == pytest.approx((0.3, 0.4))
-    # An edge may also be a number (fixed) or a schedule mapping.
-    band = BandSchedule.from_endpoints(
-        kind="callable", low=0.1, high={"kind": "piecewise", "points": [[0, 0.3], [1, 0.5]]}
-    )
-    assert band(0.5) == pytest.approx((0.1, 0.4))
+def test_band_callable_from_an_import_path():
+    for path in (f"{__name__}:band_edges", f"{__name__}.band_edges"):
+        b = band({"kind": path, "start": [9, 9], "end": None})  # start/end: left behind by a merge, unused
+        assert b(0.0) == pytest.approx((0.5, 0.6))
+        assert b(0.5) == pytest.approx((0.4, 0.55))
+        assert b(1.0) == pytest.approx((0.3, 0.4))
+    assert band(band_edges)(1.0) == pytest.approx((0.3, 0.4))  # from Python: the callable itself
 
 
 def test_band_callable_validation():
-    with pytest.raises(ValueError, match="needs high="):
-        BandSchedule.from_endpoints(kind="callable", low=f"{__name__}:band_low_edge")
     with pytest.raises(ValueError, match="cannot import"):
-        BandSchedule.from_endpoints(kind="callable", low="math:nope", high="math:exp")
+        band({"kind": "math:nope"})
     # The grid check finds a crossing in the middle at construction.
     with pytest.raises(ValueError, match="h_low"):
-        BandSchedule.from_endpoints(kind="callable", low=0.5, high=f"{__name__}:crossing_high_edge")
-    with pytest.raises(ValueError, match="only with kind='callable'"):
-        BandSchedule.from_endpoints(start=(0.1, 0.2), kind="constant", high="math:exp")
+        band({"kind": f"{__name__}:crossing_band"})
+    with pytest.raises(ValueError, match=r"\[h_low, h_high\] pair"):
+        band({"kind": "math:sqrt"})

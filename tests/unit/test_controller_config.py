@@ -1,0 +1,229 @@
+"""Controller configuration: the schedule grammar, the progress node, error prefixes, old keys."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from types import SimpleNamespace
+
+import pytest
+from hydra.utils import instantiate
+
+from lit_entropy.callbacks import (
+    ADAPOCallback,
+    AdaptiveEntropyBonusCallback,
+    EntrocraftCallback,
+    EntroPICCallback,
+    REPOCallback,
+)
+from lit_entropy.callbacks.base import ProgressConfig
+from tests.helpers import compose_train, small_rollout_batch
+
+OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
+CONTROLLERS = [ADAPOCallback, AdaptiveEntropyBonusCallback, REPOCallback, EntroPICCallback, EntrocraftCallback]
+
+DEFAULT_BAND = [  # (h_low, h_high, centre) per iteration of the default run, computed before the grammar change
+    (0.45, 0.55, 0.5),
+    (0.4461538461538462, 0.5461538461538462, 0.49615384615384617),
+    (0.4423076923076923, 0.5423076923076924, 0.49230769230769234),
+    (0.43846153846153846, 0.5384615384615385, 0.4884615384615385),
+    (0.4346153846153846, 0.5346153846153846, 0.4846153846153846),
+    (0.4307692307692308, 0.5307692307692308, 0.4807692307692308),
+    (0.4269230769230769, 0.5269230769230769, 0.4769230769230769),
+    (0.4230769230769231, 0.5230769230769231, 0.47307692307692306),
+    (0.41923076923076924, 0.5192307692307693, 0.46923076923076923),
+    (0.4153846153846154, 0.5153846153846154, 0.4653846153846154),
+    (0.4115384615384615, 0.5115384615384616, 0.46153846153846156),
+    (0.4076923076923077, 0.5076923076923078, 0.45769230769230773),
+    (0.40384615384615385, 0.5038461538461538, 0.45384615384615384),
+    (0.4, 0.5, 0.45),
+    (0.39615384615384613, 0.49615384615384617, 0.4461538461538461),
+    (0.3923076923076923, 0.49230769230769234, 0.4423076923076923),
+    (0.38846153846153847, 0.4884615384615385, 0.43846153846153846),
+    (0.38461538461538464, 0.48461538461538467, 0.4346153846153846),
+    (0.38076923076923075, 0.4807692307692308, 0.4307692307692308),
+    (0.3769230769230769, 0.47692307692307695, 0.42692307692307696),
+    (0.3730769230769231, 0.4730769230769231, 0.42307692307692313),
+    (0.36923076923076925, 0.4692307692307693, 0.4192307692307693),
+    (0.36538461538461536, 0.4653846153846154, 0.41538461538461535),
+    (0.36153846153846153, 0.46153846153846156, 0.4115384615384615),
+    (0.3576923076923077, 0.45769230769230773, 0.4076923076923077),
+    (0.3538461538461538, 0.4538461538461539, 0.40384615384615385),
+    (0.35, 0.45000000000000007, 0.4),
+    (0.34615384615384615, 0.4461538461538462, 0.3961538461538462),
+    (0.3423076923076923, 0.44230769230769235, 0.39230769230769236),
+    (0.3384615384615385, 0.43846153846153846, 0.38846153846153847),
+    (0.3346153846153846, 0.4346153846153846, 0.3846153846153846),
+    (0.33076923076923076, 0.4307692307692308, 0.38076923076923075),
+    (0.3269230769230769, 0.42692307692307696, 0.3769230769230769),
+    (0.32307692307692304, 0.42307692307692313, 0.3730769230769231),
+    (0.3192307692307692, 0.4192307692307693, 0.36923076923076925),
+    (0.3153846153846154, 0.4153846153846154, 0.3653846153846154),
+    (0.31153846153846154, 0.4115384615384615, 0.36153846153846153),
+    (0.3076923076923077, 0.4076923076923077, 0.3576923076923077),
+    (0.3038461538461539, 0.40384615384615385, 0.35384615384615387),
+    (0.3, 0.4, 0.35),
+]
+
+
+def drive(cb, iterations: int, max_epochs: int) -> list[tuple[float, float, float]]:
+    seen = []
+    for it in range(iterations):
+        batch = small_rollout_batch(0.5, [1.0, -1.0, 0.5, -0.5], [1.0, 0.0, 1.0, 0.0], 2)
+        batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()
+        cb.on_rollout_batch(SimpleNamespace(current_epoch=it, max_epochs=max_epochs), None, batch)
+        m = batch.metrics
+        seen.append((m["control/band_low"], m["control/band_high"], m["control/target_entropy"]))
+    return seen
+
+
+def test_default_run_band_is_bit_for_bit_unchanged():
+    cfg = compose_train(OUT)
+    assert cfg.trainer.max_epochs == len(DEFAULT_BAND)
+    cb = instantiate(cfg.callbacks.entropy)
+    assert drive(cb, len(DEFAULT_BAND), cfg.trainer.max_epochs) == DEFAULT_BAND  # exact floats
+
+
+# ---- one grammar: a band is a schedule of [h_low, h_high] pairs ----------------------------------
+def test_band_and_target_share_the_schedule_grammar():
+    band = EntrocraftCallback(band={"kind": "linear", "start": [0.6, 0.7], "end": [0.4, 0.5]}).band
+    low, high = ADAPOCallback(target={"kind": "linear", "start": 0.6, "end": 0.4}).target, \
+        ADAPOCallback(target={"kind": "linear", "start": 0.7, "end": 0.5}).target
+    for p in (0.0, 0.3, 1.0):
+        assert band(p) == (low(p), high(p))  # edge by edge, the target grammar's floats
+    assert EntrocraftCallback(band=[0.4, 0.5]).band(0.9) == (0.4, 0.5)
+
+
+def test_cli_band_overrides_compose():
+    cfg = compose_train(["callbacks.entropy.band.kind=piecewise", "callbacks.entropy.band.points=[[0,0.5,0.6],[1,0.3,0.4]]",
+                         "callbacks.entropy.progress.unit=samples", "callbacks.entropy.progress.total_samples=64", *OUT])
+    cb = instantiate(cfg.callbacks.entropy)
+    assert cb.band(0.5) == pytest.approx((0.4, 0.5))  # the default's start/end are left over and unused
+    assert cb.progress_config == ProgressConfig(unit="samples", total_samples=64)
+
+
+# ---- the progress node ---------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", CONTROLLERS)
+def test_progress_node_is_parsed_once_in_the_base_class(cls):
+    cb = cls(progress={"unit": "samples", "total_samples": 10})
+    assert cb.progress_config == ProgressConfig("samples", 10)
+    cb.samples_seen = 5
+    assert cb.progress(SimpleNamespace(current_epoch=7, max_epochs=9)) == 0.5
+    assert cls().progress(SimpleNamespace(current_epoch=2, max_epochs=9)) == 0.25
+    assert cls().progress_config == ProgressConfig()
+
+
+# ---- errors name the config key ------------------------------------------------------------------
+COMMON_ERRORS = [
+    ({"progress": {"unit": "tokens"}}, "progress.unit"),
+    ({"progress": {"unit": "samples"}}, "progress.total_samples"),
+    ({"progress": {"units": "samples"}}, "progress"),
+    ({"clamp_patience": 0}, "clamp_patience"),
+]
+OWN_ERRORS = [
+    (ADAPOCallback, {"target": "last"}, "target"),
+    (ADAPOCallback, {"target": {"kind": "linear", "start": 0.5}}, "target"),
+    (ADAPOCallback, {"delta": 0.0}, "delta"),
+    (ADAPOCallback, {"eps_high_init": 0.5}, "eps_high_init"),
+    (AdaptiveEntropyBonusCallback, {"target": -1.0}, "target"),
+    (AdaptiveEntropyBonusCallback, {"coef_max": 0.0}, "coef_max"),
+    (REPOCallback, {"variant": "x"}, "variant"),
+    (REPOCallback, {"lam_init": 1.0}, "lam_init"),
+    (REPOCallback, {"logp_floor": 0.0}, "logp_floor"),
+    (EntroPICCallback, {"kp": -1.0}, "kp"),
+    (EntroPICCallback, {"anti_windup": "bogus"}, "anti_windup"),
+    (EntrocraftCallback, {"band": [0.7, 0.6]}, "band"),
+    (EntrocraftCallback, {"band": {"kind": "piecewise"}}, "band"),
+    (EntrocraftCallback, {"mode": "bogus"}, "mode"),
+    (EntrocraftCallback, {"gamma": 0.0}, "gamma"),
+    (EntrocraftCallback, {"renormalise": "group"}, "renormalise"),
+]
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs,key",
+    [(cls, kwargs, key) for cls in CONTROLLERS for kwargs, key in COMMON_ERRORS] + OWN_ERRORS,
+)
+def test_every_error_names_its_config_key(cls, kwargs, key):
+    with pytest.raises(ValueError, match=rf"^callbacks\.entropy\.{re.escape(key)}: "):
+        cls(**kwargs)
+
+
+def test_fit_start_errors_name_target_or_band():
+    module = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(vocab_size=2)))
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.target: reaches 0\.800 nats, above log"):
+        ADAPOCallback(target={"kind": "piecewise", "points": [[0, 0.1], [0.5, 0.8], [1, 0.1]]}).on_fit_start(
+            None, module)
+    with pytest.raises(ValueError, match=r"^callbacks\.entropy\.band: reaches 0\.700 nats, above log"):
+        EntrocraftCallback(band=[0.6, 0.7]).on_fit_start(None, module)
+
+
+# ---- renamed keys: read for one release, with a warning naming the new key -----------------------
+@pytest.mark.parametrize("cls", CONTROLLERS)
+def test_renamed_progress_keys_still_work_with_a_warning(cls, caplog):
+    with pytest.warns(DeprecationWarning) as record:
+        cb = cls(progress_unit="samples", total_samples=32)
+    assert cb.progress_config == ProgressConfig("samples", 32)
+    said = [str(w.message) for w in record]
+    for old, new in (("progress_unit", "progress.unit"), ("total_samples", "progress.total_samples")):
+        message = f"callbacks.entropy.{old} is renamed callbacks.entropy.{new}"
+        assert any(m.startswith(message) for m in said) and message in caplog.text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cls(progress_unit=None, total_samples=None)  # the yaml's null placeholders say nothing
+    with pytest.raises(TypeError, match="band_strat"):
+        cls(band_strat=[0.1, 0.2])
+
+
+OLD_BANDS = [  # old keys -> the new band they mean
+    ({"band_start": (0.6, 0.7), "band_end": (0.4, 0.5), "schedule": "cosine"},
+     {"kind": "cosine", "start": (0.6, 0.7), "end": (0.4, 0.5)}),
+    ({"band_start": (0.6, 0.7), "schedule": "linear"}, [0.6, 0.7]),
+    ({"schedule": "constant", "band_start": (0.4, 0.5), "band_end": (0.3, 0.4)}, [0.4, 0.5]),
+    ({"schedule": "piecewise", "band_points": [[0, 0.6, 0.7], [1, 0.2, 0.3]]},
+     {"kind": "piecewise", "points": [[0, 0.6, 0.7], [1, 0.2, 0.3]]}),
+    ({"schedule": "callable", "band_low": "tests.unit.test_entrocraft_callback:low_edge",
+      "band_high": "tests.unit.test_entrocraft_callback.high_edge"},
+     {"kind": "tests.unit.test_entrocraft_callback:band_edges"}),
+]
+
+
+@pytest.mark.parametrize("old,new", OLD_BANDS)
+def test_renamed_band_keys_give_the_same_band_with_a_warning(old, new):
+    with pytest.warns(DeprecationWarning, match=r"callbacks\.entropy\.(schedule|band_\w+) is renamed callbacks\.entropy\.band"):
+        was = EntrocraftCallback(**old).band
+    now = EntrocraftCallback(band=new).band
+    for p in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
+        assert was(p) == pytest.approx(now(p), abs=1e-15)
+
+
+def test_renamed_band_edges_may_be_numbers_or_schedules():
+    with pytest.warns(DeprecationWarning):
+        band = EntrocraftCallback(schedule="callable", band_low=0.1,
+                                  band_high={"kind": "piecewise", "points": [[0, 0.3], [1, 0.5]]}).band
+    assert band(0.5) == pytest.approx((0.1, 0.4))
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"^callbacks\.entropy\.band_low: .*both"):
+        EntrocraftCallback(schedule="callable", band_low=0.1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="only with schedule=callable"):
+        EntrocraftCallback(band_high="math:exp")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="piecewise"):
+        EntrocraftCallback(schedule="linear", band_points=[[0, 0.6, 0.7]])
+
+
+def test_renamed_keys_on_the_command_line_still_work(caplog):
+    old = compose_train(["callbacks.entropy.schedule=cosine", "callbacks.entropy.band_start=[0.5,0.6]",
+                         "callbacks.entropy.progress_unit=samples", "callbacks.entropy.total_samples=64", *OUT])
+    new = compose_train(["callbacks.entropy.band.kind=cosine", "callbacks.entropy.band.start=[0.5,0.6]",
+                         "callbacks.entropy.progress.unit=samples", "callbacks.entropy.progress.total_samples=64", *OUT])
+    with pytest.warns(DeprecationWarning):
+        was = instantiate(old.callbacks.entropy)
+    now = instantiate(new.callbacks.entropy)
+    assert [was.band(p / 10) for p in range(11)] == [now.band(p / 10) for p in range(11)]
+    assert was.progress_config == now.progress_config
+    for key, new_key in (("schedule", "band.kind"), ("band_start", "band.start"), ("progress_unit", "progress.unit")):
+        assert f"callbacks.entropy.{key} is renamed callbacks.entropy.{new_key}" in caplog.text
+
+
+def test_state_dict_keys_are_unchanged():
+    cb = EntrocraftCallback(band=[0.4, 0.5])
+    assert set(cb.state_dict()) == {"first_entropy", "samples_seen", "clamp_run", "clamp_warned", "last", "generator"}
