@@ -187,6 +187,20 @@ def concat_caches(caches: list[PromptCache]) -> PromptCache:
                        cat([c.last_logits for c in caches]), cat([c.mask for c in caches]))
 
 
+def repeat_rows(t: Tensor, index: Tensor) -> Tensor:
+    """``t[index]`` (rows of ``t``, repeated where ``index`` repeats) with a reproducible gradient.
+
+    A prompt's completions share its cache rows, so the backward sums several rows' gradients into one.
+    On the CPU, ``t[index]``'s backward (``index_put_`` with accumulation) does that with atomic adds from
+    all intra-op threads once the tensor has 32,768 elements or more (a default lab micro-batch gathers
+    ~160,000): the order of the additions, hence the last bits of the gradient, changes from run to run.
+    ``index_select``'s backward (``index_add_``) adds the rows one after another, the values
+    ``torch.use_deterministic_algorithms(True)`` gives ``t[index]``. On CUDA ``t[index]`` stays: its
+    backward sorts the indices and is deterministic, ``index_add_`` there uses atomics.
+    """
+    return t.index_select(0, index) if t.device.type == "cpu" else t[index]
+
+
 def response_logits(model: torch.nn.Module, cache: PromptCache, input_ids: Tensor, layout: PromptLayout,
                     rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
     """Shifted logits [m, width, V] of ``rows``' response tokens and their targets [m, width] (0 past a response).
@@ -200,10 +214,12 @@ def response_logits(model: torch.nn.Module, cache: PromptCache, input_ids: Tenso
     targets = input_ids[rows].gather(1, (plen[:, None] + cols).clamp(max=input_ids.shape[1] - 1))
     mask = cols < rlen[:, None]
     targets = torch.where(mask, targets, 0)
-    past = build_cache(model_config(model), [k[slot] for k in cache.keys], [v[slot] for v in cache.values])
+    past = build_cache(model_config(model), [repeat_rows(k, slot) for k in cache.keys],
+                       [repeat_rows(v, slot) for v in cache.values])
     attn = torch.cat([cache.mask[slot], mask.long()], 1)
     out = model(input_ids=targets, attention_mask=attn, position_ids=plen[:, None] + cols, past_key_values=past)
-    shifted = torch.cat([cache.last_logits[slot][:, None].to(out.logits.dtype), out.logits[:, :-1]], 1)
+    last = repeat_rows(cache.last_logits, slot)
+    shifted = torch.cat([last[:, None].to(out.logits.dtype), out.logits[:, :-1]], 1)
     return shifted, targets
 
 

@@ -27,25 +27,26 @@ def make_module(share: bool, micro_batch_size: int = 7, **algo) -> PolicyModule:
                         share_prompts=share)
 
 
-def grouped_rows(vocab: int, pad: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """P prompts of 2–6 tokens, G right-padded completions each of 1–8 tokens."""
+def grouped_rows(vocab: int, pad: int, seed: int = 0, prompts: int = P, group: int = G, width: int = L,
+                 longer: int = 0) -> dict[str, torch.Tensor]:
+    """``prompts`` prompts of 2–6 (+ ``longer``) tokens, ``group`` right-padded completions each of 1–8 tokens."""
     g = torch.Generator().manual_seed(seed)
-    B = G * P
-    ids = torch.full((B, L), pad)
-    attn = torch.zeros(B, L, dtype=torch.bool)
-    resp = torch.zeros(B, L, dtype=torch.bool)
-    for k in range(P):
-        p = 2 + k % 5
+    B = group * prompts
+    ids = torch.full((B, width), pad)
+    attn = torch.zeros(B, width, dtype=torch.bool)
+    resp = torch.zeros(B, width, dtype=torch.bool)
+    for k in range(prompts):
+        p = 2 + k % 5 + longer
         prompt = torch.randint(4, vocab, (p,), generator=g)
-        for j in range(G):
-            i = k * G + j
+        for j in range(group):
+            i = k * group + j
             n = int(torch.randint(1, 9, (1,), generator=g))
             ids[i, :p] = prompt
             ids[i, p:p + n] = torch.randint(4, vocab, (n,), generator=g)
             attn[i, :p + n] = True
             resp[i, p:p + n] = True
     return {"input_ids": ids, "attention_mask": attn, "response_mask": resp,
-            "group_index": torch.arange(P).repeat_interleave(G)}
+            "group_index": torch.arange(prompts).repeat_interleave(group)}
 
 
 def test_layout_of_grouped_rows():
@@ -128,6 +129,31 @@ def test_update_gradient_matches_whole_rows(algo):
         assert len(grads) == len(ref)
         for a, b in zip(grads, ref, strict=True):
             assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (a - b).abs().max()
+
+
+def test_update_gradient_is_reproducible_at_the_default_micro_batch_size():
+    """A default-size micro-batch (128 shuffled rows, a prompt's completions spread over it) gives the same
+    gradient bits every time. The completions' gradients reach their shared cache rows through a gather
+    whose CPU backward, as ``t[index]``, summed them with atomic adds from racing threads once the gathered
+    keys hold 32,768 elements or more (smaller micro-batches sum serially): two fresh runs then differed
+    in the last bits from the first optimizer step on."""
+    rows = grouped_rows(20, 0, prompts=32, group=8, width=24, longer=8)
+    perm = torch.randperm(32 * 8, generator=torch.Generator().manual_seed(0))
+    rows = {k: v[perm] for k, v in rows.items()}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(2, threads))  # the race needs at least two intra-op threads
+    try:
+        runs = [one_step_gradient(make_module(True, micro_batch_size=128), rows) for _ in range(5)]
+    finally:
+        torch.set_num_threads(threads)
+    module = make_module(True)
+    layout = module.prompt_layout(rows)
+    config = module.model.config
+    gathered = 128 * config.num_key_value_heads * int(layout.prompt_len.max()) * config.head_dim
+    assert gathered >= 32768  # the size at which the old gather's backward went parallel
+    for loss, grads in runs[1:]:
+        assert loss == runs[0][0]
+        assert all(torch.equal(a, b) for a, b in zip(grads, runs[0][1], strict=True))
 
 
 def test_surrogate_divides_out_a_loss_scale():
