@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
     if not (default_data_dir() / "gsm8k_train.jsonl").exists():
-        pytest.skip(f"GSM8K not found in {default_data_dir()}")
+        pytest.skip(f"gsm8k_train.jsonl is not in {default_data_dir()}; set LIT_ENTROPY_DATA to its folder")
     out = tmp_path_factory.mktemp("tiny_hf")
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_hf.py"), "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -127,18 +127,26 @@ def test_runs_started_in_the_same_second_get_their_own_folders():
 
 
 @pytest.mark.parametrize("override,key", [("rollout.engine.kv_cache_gib=0", "rollout.engine.kv_cache_gib"),
-                                          ("data=gsm8k", "outside its alphabet"),  # the char model, GSM8K text
+                                          ("data=jsonl", "outside its alphabet"),  # the char model, word problems
                                           pytest.param("optim.lr=inf", "optim.lr", marks=pytest.mark.slow),
                                           pytest.param("reward.workers=0", "reward.workers",
                                                        marks=pytest.mark.slow)])
 def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
+    import json
     import subprocess
     import sys
 
     from tests.helpers import ROOT
 
+    overrides = [override]
+    if override == "data=jsonl":  # GSM8K-like questions: capitals, '$', '?' are not in the lab's alphabet
+        questions = tmp_path / "questions.jsonl"
+        rows = [{"question": "Janet has 16 eggs and eats 3. How many are left?", "answer": "13"},
+                {"question": "A book costs $12. What do 3 books cost?", "answer": "36"}]
+        questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        overrides.append(f"data.prompts.path={questions}")
     cache = tmp_path / "cache"  # empty: a warm start would have to be built first
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), override, f"paths.cache_dir={cache}",
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *overrides, f"paths.cache_dir={cache}",
            f"paths.log_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0

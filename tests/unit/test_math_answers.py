@@ -24,7 +24,7 @@ DATA = default_data_dir()
 TEST_FILES = ["gsm8k_test.jsonl", "math500_test.jsonl", "aime2024_test.jsonl", "aime2025_test.jsonl",
               "amc2023_test.jsonl"]
 needs_data = pytest.mark.skipif(not (DATA / "MANIFEST.json").is_file(),
-                                reason=f"shared data folder not found at {DATA} (set LIT_ENTROPY_DATA)")
+                                reason=f"the math JSONL files are not in {DATA}; set LIT_ENTROPY_DATA to their folder")
 
 
 # ---------------------------------------------------------------------------------------- extraction

@@ -20,7 +20,7 @@ from lit_entropy.tasks.math_answers import math_reward
 
 DATA = default_data_dir()
 needs_data = pytest.mark.skipif(not (DATA / "MANIFEST.json").is_file(),
-                                reason=f"shared data folder not found at {DATA} (set LIT_ENTROPY_DATA)")
+                                reason=f"the math JSONL files are not in {DATA}; set LIT_ENTROPY_DATA to their folder")
 
 
 def write_jsonl(path, rows):
