@@ -1,4 +1,7 @@
-"""ADAPOCallback — adapt the upper clip bound ε_high toward a target entropy (Petrenko et al. 2026, DESIGN §7.4)."""
+"""ADAPOCallback — adapt the upper clip bound ε_high toward a target entropy.
+
+Petrenko et al. 2026; docs/design.md §7.4.3.
+"""
 
 from __future__ import annotations
 

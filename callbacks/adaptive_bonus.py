@@ -1,4 +1,7 @@
-"""AdaptiveEntropyBonusCallback — an entropy bonus whose coefficient tracks a target entropy (DESIGN §7.4)."""
+"""AdaptiveEntropyBonusCallback — an entropy bonus whose coefficient tracks a target entropy.
+
+Skywork-OR1 (He et al. 2025); docs/design.md §7.4.5.
+"""
 
 from __future__ import annotations
 

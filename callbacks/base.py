@@ -1,4 +1,4 @@
-"""EntropyController: what every entropy controller shares (DESIGN §6, §7.4).
+"""EntropyController: what every entropy controller shares (docs/design.md §6.2, §7.4.1).
 
 A controller is a Lightning callback. Once per RL iteration, after the pre-update pass and before the
 update, the rollout DataModule calls ``on_rollout_batch(trainer, pl_module, batch)``; the controller

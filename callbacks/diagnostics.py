@@ -1,4 +1,6 @@
-"""EntropyDiagnosticsCallback: per-iteration entropy-dynamics metrics (DESIGN §6, §7.5; docs/diagnostics.md).
+"""EntropyDiagnosticsCallback: per-iteration entropy-dynamics metrics.
+
+Rules and names: docs/design.md §6.4, §7.5; user guide: docs/diagnostics.md.
 
 Computed once per RL iteration in ``on_rollout_batch``, from the tensors of the pre-update pass that
 the module already filled (``old_logp``, ``entropy``, ``disc_s``, ``disc_n``): no extra forward. The

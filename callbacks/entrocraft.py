@@ -1,4 +1,4 @@
-"""EntrocraftCallback — keep the batch entropy inside a scheduled band (Li et al. 2026, DESIGN §7.4).
+"""EntrocraftCallback — keep the batch entropy in a scheduled band (Li et al. 2026; docs/design.md §7.4.2).
 
 With H the pre-update batch entropy (``rollout/entropy``) and the band [h_low, h_high] at training
 progress p, the direction is m = 1[H > h_high] − 1[H < h_low]. Two modes act on it:

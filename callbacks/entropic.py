@@ -1,4 +1,7 @@
-"""EntroPICCallback — hold the batch entropy at a target with a PI controller (Yang et al. 2025, DESIGN §7.4)."""
+"""EntroPICCallback — hold the batch entropy at a target with a PI controller.
+
+Yang et al. 2025; docs/design.md §7.4.6.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""EntropyLawCallback: fit the entropy–performance law online (Cui et al. 2025; DESIGN §7.5).
+"""EntropyLawCallback: fit the entropy–performance law online (Cui et al. 2025; docs/design.md §7.6).
 
 Every RL iteration, in ``on_rollout_batch``, the callback records the pair
 (``rollout/entropy``, ``rollout/accuracy``) of the batch. Once it holds ``min_points`` pairs it fits

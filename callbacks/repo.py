@@ -1,4 +1,7 @@
-"""REPOCallback — shape per-token advantages with an adaptive λ (Petrenko et al. 2026, DESIGN §7.4)."""
+"""REPOCallback — shape per-token advantages with an adaptive λ (Petrenko et al. 2026).
+
+The rules: docs/design.md §7.4.4.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from lit_entropy.objectives.repo import LOGP_FLOOR, adapt_lambda, repo_d_advanta
 
 VARIANTS = ("r", "d")
 LAMBDA_RANGES: dict[str, tuple[float, float]] = {"r": (1e-4, 0.05), "d": (1e-3, 10.0)}
-"""Default ``(λ_min, λ_max)`` of |λ| per variant (DESIGN §7.4)."""
+"""Default ``(λ_min, λ_max)`` of |λ| per variant (docs/design.md §7.4.4)."""
 
 
 class REPOCallback(EntropyController):

@@ -1,4 +1,4 @@
-"""Group-relative advantage estimators (DESIGN §7.1).
+"""Group-relative advantage estimators (docs/design.md §7.1).
 
 Rows of a rollout batch come in contiguous groups of ``group_size`` completions of one prompt, so
 ``rewards.view(-1, group_size)`` puts each group on one row. Advantages are per sequence ([B], fp32);

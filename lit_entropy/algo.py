@@ -22,7 +22,7 @@ class AlgoConfig:
     name: str = "grpo"
     """Preset name (for run names and logs)."""
     advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce (DESIGN §7.1)."""
+    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce (docs/design.md §7.1)."""
     advantage_args: dict[str, Any] = field(default_factory=dict)
     """Extra estimator arguments, e.g. ``{lam: 0.1}`` for w_reinforce."""
     reward_transform: str | None = None
@@ -42,7 +42,7 @@ class AlgoConfig:
     loss_norm_constant: float | None = None
     """The fixed divisor of ``seq-mean-token-sum-norm`` (e.g. the maximum response length)."""
     selection: str | None = None
-    """Token selection rule: clip_cov, kl_cov, clip_b, clip_v, forking (DESIGN §7.3; any rule of
+    """Token selection rule: clip_cov, kl_cov, clip_b, clip_v, forking (docs/design.md §7.3; any rule of
     :data:`lit_entropy.objectives.registry.SELECTION_RULES`), or null."""
     selection_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the rule (e.g. ``{rho: 2e-4}`` for clip_cov, ``{k: 2e-3, beta: 1}`` for kl_cov)."""

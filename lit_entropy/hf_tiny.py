@@ -4,8 +4,8 @@ It stands in for a hub model in tests and on machines without a network: ``model
 model.name_or_path=<dir>`` loads it like any Hugging Face causal LM (``from_pretrained``), vLLM loads
 the same folder, and the tokenizer has what real instruct models have — byte-level BPE trained with the
 ``tokenizers`` library on the given texts (e.g. GSM8K), special tokens and a Jinja chat template.
-``scripts/make_tiny_hf.py`` builds one from ``../shared/data``. The weights are random: it exercises
-the plumbing, not reasoning.
+``scripts/make_tiny_hf.py`` builds one from the local GSM8K JSONL (docs/design.md §11). The weights are
+random: it exercises the plumbing, not reasoning.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Schedules over training progress ``p ∈ [0, 1]`` (DESIGN §7.4).
+"""Schedules over training progress ``p ∈ [0, 1]`` (docs/design.md §7.4.1).
 
 ``p = iteration / (total − 1)``: 0 at the first iteration, 1 at the last (see :func:`progress`).
 Every schedule clamps ``p`` to [0, 1] before evaluating.

@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--data", default="gsm8k_train", help="math set whose questions and answers train the tokenizer")
-    p.add_argument("--data-dir", default=None, help="default ../shared/data")
+    p.add_argument("--data-dir", default=None,
+                   help="folder of the math JSONL files (default: $LIT_ENTROPY_DATA, else ../shared/data "
+                        "beside the checkout)")
     p.add_argument("--vocab-size", type=int, default=512)
     args = p.parse_args(argv)
     source = MathDataset(args.data, data_dir=args.data_dir, template="{question}", shuffle=False)

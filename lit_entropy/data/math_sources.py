@@ -1,4 +1,4 @@
-"""Prompt sources for math word problems: any JSONL file, and the named sets in ``../shared/data``.
+"""Prompt sources for math word problems: any JSONL file, and the named sets in a local data folder.
 
 ``JSONLPrompts`` reads a JSONL file once (one JSON object per line), validates every row and serves
 prompts deterministically per (iteration, round), scored by `math_reward` (math-verify).
@@ -9,7 +9,7 @@ strings, ints or floats; GSM8K answers end with ``#### <number>``) and normalise
 
 1. the ``data_dir`` argument;
 2. the ``LIT_ENTROPY_DATA`` environment variable;
-3. ``<repository root>/../shared/data`` (the folder beside the checkout).
+3. ``../shared/data`` beside the checkout (``<repository root>/../shared/data``).
 
 The data is never copied into the repository. ``source="hf"`` loads the same set from the Hugging Face
 hub instead (needs the optional ``datasets`` package and a network; only when asked for).

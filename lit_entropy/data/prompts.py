@@ -32,7 +32,7 @@ class PromptSource(ABC):
 
 
 class CountdownPrompts(PromptSource):
-    """Freshly generated Countdown problems (DESIGN §10): an endless, seeded stream."""
+    """Freshly generated Countdown problems (docs/design.md §10): an endless, seeded stream."""
 
     def __init__(self, task: CountdownConfig | dict | None = None, seed: int = 1234, format_reward: float = 0.0):
         self.task = task if isinstance(task, CountdownConfig) else CountdownConfig(**(task or {}))

@@ -1,4 +1,4 @@
-"""RolloutDataModule: every epoch runs one RL iteration up to the update (DESIGN §3).
+"""RolloutDataModule: every epoch runs one RL iteration up to the update (docs/design.md §3).
 
 ``train_dataloader()`` is called once per epoch (``reload_dataloaders_every_n_epochs=1``) and reads as the
 algorithm: sync the engine to the trainer's weights, sample and score G completions per prompt

@@ -1,4 +1,6 @@
-"""Per-token entropy discriminator score and its on-policy baseline (Wang et al. 2026; DESIGN §7.3, §7.5).
+"""Per-token entropy discriminator score and its on-policy baseline (Wang et al. 2026).
+
+Used by docs/design.md §7.3 (Clip_B, Clip_V) and §7.5 (diagnostics).
 
 With ``p = softmax(logits / T)``, ``H_t = −Σ_v p_v log p_v`` and ``p_t = p[target_t]`` (the sampled token):
 

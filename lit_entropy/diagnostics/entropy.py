@@ -1,4 +1,4 @@
-"""Token log-probs and full-vocabulary entropy, computed in fp32 over row chunks (DESIGN §8).
+"""Token log-probs and full-vocabulary entropy, computed in fp32 over row chunks (docs/design.md §8).
 
 With ``z = logits / T`` and ``log p = z − logsumexp(z)``:
 

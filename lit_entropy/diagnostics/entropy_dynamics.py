@@ -1,4 +1,4 @@
-"""Batch statistics that predict or describe how the policy entropy moves (DESIGN §7.5).
+"""Batch statistics that predict or describe how the policy entropy moves (docs/design.md §7.5).
 
 All functions take per-token tensors ``[B, L]`` aligned with a boolean response mask ``M`` [B, L]
 (:class:`~lit_entropy.data.batch.RolloutBatch` layout). Positions outside the mask may hold anything,

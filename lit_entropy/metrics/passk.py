@@ -1,4 +1,5 @@
-"""pass@k and mean@k (DESIGN §7.5): the unbiased estimators and torchmetrics `Metric`s that sum across ranks.
+"""pass@k and mean@k (docs/design.md §7.7): the unbiased estimators, and torchmetrics `Metric`s summed
+across ranks.
 
 For a problem with ``n`` sampled answers of which ``c`` are correct:
 

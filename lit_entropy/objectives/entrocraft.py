@@ -1,4 +1,4 @@
-"""The pure parts of Entrocraft (Li et al. 2026), DESIGN §7.4.
+"""The pure parts of Entrocraft (Li et al. 2026), docs/design.md §7.4.2.
 
 Given the batch entropy ``H`` and the band ``[h_low, h_high]``, the direction is
 ``m = 1[H > h_high] − 1[H < h_low]``.

@@ -1,4 +1,4 @@
-"""EntroPIC's loss term (Yang et al. 2025, DESIGN §7.4): reweighting confident tokens by advantage sign.
+"""EntroPIC's loss term (Yang et al. 2025; docs/design.md §7.4.6): confident tokens weighted by sign(A).
 
 With the controller's output α ∈ [−1, 1], the loss gains α · mean over high-probability tokens of
 (−r·|A|), r = exp(logp − logp_old) the unclipped ratio. Since d(−r·|A|)/d logp = −r·|A| = −r·A·sign(A),

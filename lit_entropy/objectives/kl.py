@@ -1,4 +1,4 @@
-"""Per-token KL estimators to a reference policy (DESIGN §7.2).
+"""Per-token KL estimators to a reference policy (docs/design.md §7.2).
 
 J. Schulman, "Approximating KL Divergence" (2020). For a token sampled from the current policy
 ``π_θ`` with ``log_ratio = ref_logp − logp = log(π_ref/π_θ)``:

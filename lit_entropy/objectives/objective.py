@@ -2,7 +2,7 @@
 
 Two steps, so that nothing depends on how a minibatch is split into micro-batches:
 
-1. :func:`select_tokens` runs once on the WHOLE minibatch: the token selection rule (DESIGN §7.3), the
+1. :func:`select_tokens` runs once on the WHOLE minibatch: the token selection rule (docs/design.md §7.3), the
    global counts that normalise the aggregation, and what the active loss terms need over the whole
    minibatch (EntroPIC's confident tokens and their count).
 2. :func:`micro_batch_loss` runs per micro-batch: surrogate (PPO-clip, GSPO or KL-Cov), selection,

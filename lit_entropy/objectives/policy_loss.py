@@ -1,4 +1,4 @@
-"""Policy losses and their aggregation (DESIGN §7.2, §8).
+"""Policy losses and their aggregation (docs/design.md §7.2, §8).
 
 * :func:`clipped_surrogate`: PPO clipped surrogate (Clip-Higher / DAPO via ``eps_high``, optional dual clip).
 * :func:`gspo_surrogate`: GSPO, one clipped importance ratio per sequence (Zheng et al. 2025).
@@ -114,7 +114,7 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return aggregate_token_mean(values, mask)
 
 
-# ---- aggregation modes (DESIGN §7.2) ------------------------------------------------------------------
+# ---- aggregation modes (docs/design.md §7.2) -----------------------------------------------------------
 
 AGG_MODES: tuple[str, ...] = (
     "token-mean",
@@ -223,7 +223,7 @@ def entropy_bonus(
     num_seqs: Count | None = None,
     norm_constant: float | None = None,
 ) -> Tensor:
-    """Entropy bonus term ``−coef·H̄`` to be *added* to the loss (DESIGN §7.2), fp32 scalar.
+    """Entropy bonus term ``−coef·H̄`` to be *added* to the loss (docs/design.md §7.2), fp32 scalar.
 
     ``H̄ = aggregate(entropy, mask, mode, num_tokens, num_seqs, norm_constant)`` with the same mode and
     global counts as the policy loss, so it is micro-batch invariant too. ``entropy`` [B, L] must carry

@@ -1,4 +1,6 @@
-"""The pure parts of REPO (Petrenko et al. 2026, "Entropy-Preserving Reinforcement Learning"; DESIGN §7.4).
+"""The pure parts of REPO (Petrenko et al. 2026, "Entropy-Preserving Reinforcement Learning").
+
+The rules in one place: docs/design.md §7.4.4.
 
 REPO reshapes the per-token advantage, ``A′_t = A − λ·f_t``, with a term ``f_t`` built from the sampled
 token's log-prob under the current policy (``logp_t``, taken from the pre-update pass, so a constant

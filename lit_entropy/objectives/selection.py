@@ -1,4 +1,4 @@
-"""Token selection rules for entropy control (DESIGN §7.3).
+"""Token selection rules for entropy control (docs/design.md §7.3).
 
 Every rule takes per-token tensors [B, L] aligned with ``input_ids`` and a bool ``mask`` [B, L] of response
 tokens, and is computed over the WHOLE minibatch it is given (statistics, counts and caps are minibatch
@@ -223,7 +223,7 @@ def clip_v(
     removed (ties → earlier row-major index).
 
     Decision on the cap: ``K = ⌊max_frac·N⌋`` with no ``max(1, ·)``, so the removed fraction never
-    exceeds ``max_frac`` (DESIGN §7.3's "never more than"). Consequently ``K = 0`` — and nothing is
+    exceeds ``max_frac`` (docs/design.md §7.3). Consequently ``K = 0`` — and nothing is
     removed — when ``N < 1 / max_frac`` (10,000 response tokens at the default): raise ``max_frac`` for
     small minibatches. ``frac_removed`` shows it. This matches :func:`kl_cov`'s ``⌊k·N⌋ = 0`` → none.
 

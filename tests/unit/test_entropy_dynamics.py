@@ -1,4 +1,4 @@
-"""Entropy-dynamics statistics (DESIGN §7.5): the first-order law on a tabular softmax, on-policy
+"""Entropy-dynamics statistics (docs/design.md §7.5): the first-order law on a tabular softmax, on-policy
 centring of S − N, and every statistic against a by-hand computation with garbage padding."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Numerical guards (DESIGN §8): inputs that broke the loss before each guard existed."""
+"""Numerical guards (docs/design.md §8): inputs that broke the loss before each guard existed."""
 
 from __future__ import annotations
 

@@ -389,7 +389,7 @@ def test_entropy_bonus_gradient_matches_naive(mode):
     )
 
 
-# ---- micro-batch invariance (DESIGN §7.2) ------------------------------------------------------------------
+# ---- micro-batch invariance (docs/design.md §7.2) ------------------------------------------------------
 
 MB_BATCH, MB_LEN, MB_VOCAB, MB_HIDDEN = 8, 10, 11, 6
 MASK_KINDS = ("response", "selection", "rows_removed", "single_token", "padding")

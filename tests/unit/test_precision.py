@@ -1,4 +1,4 @@
-"""Precision (DESIGN §8): a real FP16 loss scaler on CPU, the engine dtype, and why ratios stay fp32."""
+"""Precision (docs/design.md §8): a real FP16 loss scaler on CPU, the engine dtype, why ratios stay fp32."""
 
 from __future__ import annotations
 
