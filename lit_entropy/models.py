@@ -275,8 +275,11 @@ class HFPolicy:
             self.name_or_path, dtype=getattr(torch, self.dtype), trust_remote_code=self.trust_remote_code
         )
         hf_tok = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=self.trust_remote_code)
-        return PolicyBundle(model=with_lora(model, self.lora), tokenizer=HFTokenizerAdapter(hf_tok),
-                            path=self.name_or_path)
+        model = with_lora(model, self.lora)
+        from lit_entropy.model_support import startup_report
+
+        log.info("%s", startup_report(model))
+        return PolicyBundle(model=model, tokenizer=HFTokenizerAdapter(hf_tok), path=self.name_or_path)
 
 
 def with_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:

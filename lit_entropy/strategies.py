@@ -32,7 +32,17 @@ class FSDP2Strategy(ModelParallelStrategy):
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated blocks of a causal LM (the largest ``ModuleList``): FSDP2's unit of sharding."""
+    """The repeated blocks of a causal LM: FSDP2's unit of sharding.
+
+    The modules of the class a ``transformers`` model declares unsplittable (``_no_split_modules``: its
+    decoder layer, e.g. ``LlamaDecoderLayer``, ``GPT2Block``, ``GPTNeoXLayer``); otherwise the largest
+    ``ModuleList`` (which, in a Mixture-of-Experts model that keeps its experts in one, can be the experts).
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    declared = set(getattr(base, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in declared]
+    if layers:
+        return layers
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     return list(max(lists, key=len)) if lists else []
 

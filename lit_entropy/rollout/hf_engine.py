@@ -17,7 +17,7 @@ import random
 
 import torch
 
-from lit_entropy import prefix
+from lit_entropy import model_support, prefix
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
 
@@ -26,7 +26,7 @@ class HFEngine(RolloutEngine):
     def __init__(self, model_path: str, eos_id: int, pad_id: int, prompts_per_chunk: int = 64,
                  share_prefill: bool = True, **_: object) -> None:
         """``share_prefill``: run each prompt's prefill once and copy its cache to its ``n`` samples (HF models
-        whose forward takes a cache; others prefill every row)."""
+        whose forward takes a cache, on chunks no longer than any layer's attention window; others prefill every row)."""
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.prompts_per_chunk = prompts_per_chunk
@@ -75,7 +75,8 @@ class HFEngine(RolloutEngine):
         # Left-pad so every row's next token sits at the same position.
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in chunk], device=device)
         attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
-        share = n > 1 and width > 1 and self.share_prefill and prefix.supports_prompt_cache(model)
+        share = (n > 1 and width > 1 and self.share_prefill and prefix.supports_prompt_cache(model)
+                 and model_support.allow_shared_prompts(model, width + sampling.max_new_tokens, "shared prefill"))
         past = self._shared_prefill(model, ids, attn, n) if share else None
         ids, attn = ids.repeat_interleave(n, 0), attn.repeat_interleave(n, 0)
         with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):

@@ -24,6 +24,7 @@ from unittest import mock
 import torch
 import torch.distributed as tdist
 
+from lit_entropy import model_support
 from lit_entropy.lora import is_peft, merged_state_items
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
@@ -59,6 +60,7 @@ class VLLMEngine(RolloutEngine):
         # In-process engine: no spawn guard needed, and `collective_rpc` reaches the model directly.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+        model_support.check_vllm(model_path)  # a family it cannot run is refused by name
         from vllm import LLM
 
         self.eos_id = eos_id
@@ -109,6 +111,15 @@ class VLLMEngine(RolloutEngine):
             seed=0,
             **extra,
         )
+        self.param_names = self._param_names()
+
+    def _param_names(self) -> set[str] | None:
+        """Every parameter name of the engine's model, tied aliases included (None where it cannot be read)."""
+        try:
+            return set(self.llm.collective_rpc(lambda worker: [
+                n for n, _ in worker.model_runner.model.named_parameters(remove_duplicate=False)])[0])
+        except Exception:  # another worker layout: the sync sends tied copies too
+            return None
 
     @staticmethod
     def validate(dtype: str = "float32", kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.3,
@@ -174,6 +185,7 @@ class VLLMEngine(RolloutEngine):
         leaving half-loaded weights to sample from.
         """
         state = merged_state_items(model) if is_peft(model) else dist.full_state_items(model)
+        state = model_support.checkpoint_items(model, state, self.param_names)  # the checkpoint's names
         bad = [name for name, t in state if dist.is_dtensor(t) or not torch.isfinite(t).all()]
         if bad:
             raise RuntimeError(f"weight sync refused: non-finite or still-sharded tensors {bad[:5]}")

@@ -1,0 +1,85 @@
+"""The trainer's two forward paths, built from :mod:`lit_entropy.prefix` and the entropy kernel, and the
+reference they must equal: each row run alone, without padding."""
+
+from __future__ import annotations
+
+import torch
+
+from lit_entropy import prefix
+from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
+
+TEMPERATURE = 0.9
+
+
+def _stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logp, ent = token_logprobs_and_entropy(logits.float(), targets, temperature=TEMPERATURE, chunk_size=64)
+    return logp, ent
+
+
+def unpadded(model: torch.nn.Module, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropy [B, L] (input-aligned) of each row run alone on its real tokens."""
+    ids, attn = rows["input_ids"], rows["attention_mask"]
+    logp, ent = torch.zeros(ids.shape), torch.zeros(ids.shape)
+    for i in range(ids.shape[0]):
+        n = int(attn[i].sum())
+        row = ids[i:i + 1, :n]
+        shifted, targets = shift_for_causal_lm(model(input_ids=row).logits, row)
+        lp, en = _stats(shifted, targets)
+        logp[i, 1:n], ent[i, 1:n] = lp[0], en[0]
+    return logp, ent
+
+
+def whole_rows(model: torch.nn.Module, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole-row pass: right-padded rows in one forward, no attention mask (what the trainer runs)."""
+    ids = rows["input_ids"]
+    shifted, targets = shift_for_causal_lm(model(input_ids=ids).logits, ids)
+    logp, ent = _stats(shifted, targets)
+    return align_to_input(logp), align_to_input(ent)
+
+
+def layout_of(rows: dict[str, torch.Tensor]) -> prefix.PromptLayout:
+    layout = prefix.prompt_layout(rows["input_ids"], rows["attention_mask"], rows["response_mask"],
+                                  rows["group_index"])
+    assert layout is not None
+    return layout
+
+
+def shared_prompts(model: torch.nn.Module, rows: dict[str, torch.Tensor],
+                   layout: prefix.PromptLayout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The shared-prompt pass: each prompt encoded once, every response run on its prompt's cache."""
+    ids = rows["input_ids"]
+    layout = layout or layout_of(rows)
+    cache = prefix.encode_prompts(model, ids, layout, torch.arange(layout.num_prompts))
+    every = torch.arange(ids.shape[0])
+    shifted, targets = prefix.response_logits(model, cache, ids, layout, every, int(layout.response_len.max()))
+    logp, ent = _stats(shifted, targets)
+    width = ids.shape[1]
+    return prefix.to_rows(logp, layout, every, width), prefix.to_rows(ent, layout, every, width)
+
+
+def policy_loss(logp: torch.Tensor, rows: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A fixed-advantage policy-gradient surrogate over the response tokens."""
+    adv = torch.linspace(-1.0, 1.0, logp.shape[0])[:, None]
+    return -(adv * logp * rows["response_mask"]).sum() / rows["response_mask"].sum()
+
+
+def gradient(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params, strict=True)])
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((a - b).abs()[mask].max())
+
+
+def sampler_mismatch(model: torch.nn.Module, prompts: list[list[int]], gens: list[list]) -> float:
+    """Largest |sampler − trainer| log-prob over an engine's ``gens`` (the trainer runs each row alone)."""
+    worst = 0.0
+    with torch.no_grad():
+        for prompt, group in zip(prompts, gens, strict=True):
+            for gen in group:
+                row = torch.tensor([prompt + gen.token_ids])
+                ours = unpadded(model, {"input_ids": row, "attention_mask": torch.ones_like(row)})[0]
+                worst = max(worst, float((ours[0, len(prompt):] - torch.tensor(gen.logprobs)).abs().max()))
+    return worst
