@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_entropy import prefix
+from lit_entropy import model_support, prefix
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.utils import dist
@@ -236,10 +236,13 @@ class SharedPrompts(RowPasses):
 
 def for_rows(fwd: Forward, fields: Mapping[str, Tensor], share_prompts: bool = True) -> RowPasses:
     """The passes over ``fields``' rows: on their shared prompts when ``share_prompts`` is on, the model takes a
-    cache and the rows' layout allows it and saves work (two rows or more per prompt); whole rows otherwise."""
+    cache, the rows' layout allows it and saves work (two rows or more per prompt) and no layer's attention
+    window is shorter than the batch's longest row (sliding-window models: the cached prompt would otherwise be
+    seen whole where a row alone sees only its window); whole rows otherwise."""
     if share_prompts and fields.get("response_mask") is not None and prefix.supports_prompt_cache(fwd.model):
         layout = prefix.prompt_layout(fields["input_ids"], fields["attention_mask"], fields["response_mask"],
                                       fields.get("group_index"))
-        if layout is not None and layout.worthwhile():
+        if (layout is not None and layout.worthwhile()
+                and model_support.allow_shared_prompts(fwd.model, model_support.longest_row(layout))):
             return SharedPrompts(fwd, fields, layout)
     return WholeRows(fwd, fields)

@@ -44,7 +44,7 @@ def main(out: Path, common: list[str], configs: dict[str, list[str]]) -> None:
 
     for name, extra in configs.items():
         cfg = compose_train(common + extra + [f"paths.output_dir={out / name}"])
-        trainer, module, datamodule = build(cfg, engine=shared_engine(instantiate(cfg.rollout)))
+        trainer, module, datamodule = build(cfg, engine=shared_engine(instantiate(cfg.rollout.engine)))
         trainer.fit(module, datamodule=datamodule)
         datamodule.teardown("fit")
         batch = module.rollout

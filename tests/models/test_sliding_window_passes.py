@@ -7,7 +7,6 @@ whole rows; this test passes once the shared-prompt passes call it.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from lit_entropy.data.batch import RolloutBatch
@@ -17,7 +16,6 @@ from tests.models import trainer_paths as tp
 from tests.models.families import grouped_rows, tiny_model
 
 
-@pytest.mark.xfail(strict=True, reason="until the shared-prompt passes call model_support.allow_shared_prompts")
 def test_pre_update_pass_on_a_sliding_window_model_equals_each_row_alone():
     model = tiny_model("mistral")
     rows = grouped_rows()

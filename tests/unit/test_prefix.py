@@ -147,7 +147,7 @@ def test_update_gradient_is_reproducible_at_the_default_micro_batch_size():
     finally:
         torch.set_num_threads(threads)
     module = make_module(True)
-    layout = module.prompt_layout(rows)
+    layout = module.row_passes(rows).layout
     config = module.model.config
     gathered = 128 * config.num_key_value_heads * int(layout.prompt_len.max()) * config.head_dim
     assert gathered >= 32768  # the size at which the old gather's backward went parallel
