@@ -1,0 +1,192 @@
+"""A method study on the lab: objective presets × entropy controllers × seeds, one table and one figure.
+
+Each *cell* is one ``(algo, controller)`` pair; each of its runs is ``scripts/train.py`` with
+``algo=<algo> callbacks/entropy=<controller> seed=<s>``, the held-out evaluation switched on for the
+last iteration, and the run folder fixed (``<out>/runs/<algo>+<controller>/seed<s>``), so that an
+interrupted study resumes: a run whose folder holds ``done.json`` is not run again.
+
+The table reports, per cell, the mean ± standard deviation over seeds of
+
+* ``H final``: ``rollout/entropy`` at the last iteration;
+* ``acc (last 5)``: the mean ``rollout/accuracy`` over the last five iterations;
+* ``pass@1``, ``pass@8``: the held-out Countdown evaluation after the last iteration (``eval/pass@k``);
+* ``band err``: the mean ``control/band_error`` over the second half (cells with a band-keeping controller);
+* ``s/it``: seconds per iteration, from the wall-clock times of the TensorBoard events (start-up excluded).
+
+The figure draws each cell's ``rollout/entropy`` (mean over seeds) against the iteration, and its accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lit_entropy.analysis.runs import event_files, read_scalars, values
+
+
+@dataclass
+class StudyPlan:
+    """What to run: every algo × controller × seed, each for ``iterations`` lab iterations."""
+
+    algos: list[str]
+    """``conf/algo`` presets, e.g. ``grpo``, ``dapo``, ``clip_cov``."""
+    controllers: list[str]
+    """``conf/callbacks/entropy`` entries, e.g. ``none``, ``entrocraft_hard``, ``adapo``."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    iterations: int = 40
+    eval_problems: int = 64
+    """Held-out Countdown problems evaluated after the last iteration (n = 8 samples each)."""
+    overrides: list[str] = field(default_factory=list)
+    """Further Hydra overrides given to every run."""
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        return [(a, c, s) for a in self.algos for c in self.controllers for s in self.seeds]
+
+
+def cell_name(algo: str, controller: str) -> str:
+    return f"{algo}+{controller}"
+
+
+def run_dir(out: Path, algo: str, controller: str, seed: int) -> Path:
+    return out / "runs" / cell_name(algo, controller) / f"seed{seed}"
+
+
+def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: Path, train_script: Path) -> list[str]:
+    """The ``scripts/train.py`` command line of one run."""
+    return [
+        sys.executable, str(train_script),
+        f"algo={algo}", f"callbacks/entropy={controller}", f"seed={seed}",
+        f"trainer.max_epochs={plan.iterations}", "task_name=method_study",
+        "callbacks/eval=periodic", f"callbacks.eval.every_n_iterations={plan.iterations}",
+        f"callbacks.eval.num_problems={plan.eval_problems}", "callbacks.eval.ks=[1,8]",
+        f"hydra.run.dir={run_dir(out, algo, controller, seed)}",
+        *plan.overrides,
+    ]
+
+
+def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print) -> list[Path]:
+    """Run every run of ``plan`` not already done, one after another; return the run folders."""
+    folders = []
+    for algo, controller, seed in plan.runs():
+        folder = run_dir(out, algo, controller, seed)
+        folders.append(folder)
+        if (folder / "done.json").exists():
+            continue
+        cmd = train_command(plan, algo, controller, seed, out, train_script)
+        log(f"[study] {cell_name(algo, controller)} seed {seed}")
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        with open(folder / "study_stdout.log", "w") as fh:
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False)
+        status = {"returncode": proc.returncode, "seconds": time.perf_counter() - t0, "command": cmd[1:]}
+        if proc.returncode != 0:
+            log(f"[study]   failed (exit {proc.returncode}); see {folder / 'study_stdout.log'}")
+            (folder / "failed.json").write_text(json.dumps(status, indent=1))
+            continue
+        (folder / "done.json").write_text(json.dumps(status, indent=1))
+    return folders
+
+
+# ------------------------------------------------------------------------------------------- summary
+
+
+def seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float | None:
+    """Mean wall-clock seconds between consecutive iterations' ``tag`` events (start-up excluded)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    times: list[float] = []
+    for f in event_files(folder):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        acc.Reload()
+        if tag in acc.Tags().get("scalars", []):
+            times.extend(e.wall_time for e in acc.Scalars(tag))
+    times.sort()
+    return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+
+
+def run_summary(folder: Path) -> dict[str, float | None] | None:
+    """One run's numbers (None where a run did not log the tag); None if it logged no entropy."""
+    s = {tag: values(points) for tag, points in read_scalars(folder).items()}
+    h, acc = s.get("rollout/entropy"), s.get("rollout/accuracy")
+    if not h or not acc:
+        return None
+    band = s.get("control/band_error")
+    last = lambda tag: s[tag][-1] if s.get(tag) else None  # noqa: E731
+    return {
+        "h_final": h[-1],
+        "acc_last5": statistics.mean(acc[-5:]),
+        "pass@1": last("eval/pass@1"),
+        "pass@8": last("eval/pass@8"),
+        "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
+        "s_per_it": seconds_per_iteration(folder),
+    }
+
+
+COLUMNS = [("h_final", "H final"), ("acc_last5", "acc (last 5)"), ("pass@1", "pass@1"), ("pass@8", "pass@8"),
+           ("band_error", "band err"), ("s_per_it", "s/it")]
+
+
+def _mean_sd(xs: list[float | None]) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "—"
+    if len(xs) == 1:
+        return f"{xs[0]:.3f}"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def summarise(plan: StudyPlan, out: Path) -> tuple[str, dict[str, list[dict]]]:
+    """The Markdown table (one row per cell, best last-5 accuracy first) and each cell's run summaries."""
+    cells: dict[str, list[dict]] = {}
+    for algo, controller, seed in plan.runs():
+        summary = run_summary(run_dir(out, algo, controller, seed))
+        if summary is not None:
+            cells.setdefault(cell_name(algo, controller), []).append(summary)
+    header = "| algo | controller | seeds | " + " | ".join(label for _, label in COLUMNS) + " |"
+    lines = [header, "|" + "---|" * (3 + len(COLUMNS))]
+    order = sorted(cells, key=lambda c: -statistics.mean(r["acc_last5"] for r in cells[c]))
+    for cell in order:
+        algo, controller = cell.split("+", 1)
+        rows = cells[cell]
+        lines.append(f"| {algo} | {controller} | {len(rows)} | "
+                     + " | ".join(_mean_sd([r[key] for r in rows]) for key, _ in COLUMNS) + " |")
+    return "\n".join(lines), cells
+
+
+def plot(plan: StudyPlan, out: Path, png: Path) -> None:
+    """Entropy and accuracy against the iteration, mean over seeds, one line per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for algo in plan.algos:
+        for controller in plan.controllers:
+            curves: dict[str, list[list[float]]] = {"rollout/entropy": [], "rollout/accuracy": []}
+            for seed in plan.seeds:
+                scalars = read_scalars(run_dir(out, algo, controller, seed))
+                for tag in curves:
+                    if scalars.get(tag):
+                        curves[tag].append(values(scalars[tag]))
+            for ax, tag in zip(axes, curves, strict=True):
+                runs = curves[tag]
+                if not runs:
+                    continue
+                n = min(len(r) for r in runs)
+                mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
+                ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2)
+    for ax, title in zip(axes, ["rollout/entropy (nats)", "rollout/accuracy"], strict=True):
+        ax.set_title(title + f", mean over {len(plan.seeds)} seeds")
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

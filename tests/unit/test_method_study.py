@@ -1,0 +1,79 @@
+"""The method study's runner, table and figure (lit_entropy/analysis/method_study.py, scripts/study.py)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from lit_entropy.analysis.method_study import StudyPlan, run_dir, run_summary, summarise, train_command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write_run(folder: Path, entropy: list[float], acc: list[float], band: list[float] | None = None,
+               pass_at: tuple[float, float] | None = None) -> None:
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for i, (h, a) in enumerate(zip(entropy, acc, strict=True)):
+        writer.add_scalar("rollout/entropy", h, i, walltime=100.0 + 2.0 * i)
+        writer.add_scalar("rollout/accuracy", a, i, walltime=100.0 + 2.0 * i)
+        if band is not None:
+            writer.add_scalar("control/band_error", band[i], i)
+    if pass_at is not None:
+        writer.add_scalar("eval/pass@1", pass_at[0], len(entropy))
+        writer.add_scalar("eval/pass@8", pass_at[1], len(entropy))
+    writer.close()
+
+
+def test_run_summary_reads_each_column(tmp_path: Path) -> None:
+    acc = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    _write_run(tmp_path, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], acc, band=[0.4, 0.3, 0.2, 0.1, 0.0, 0.0, 0.2],
+               pass_at=(0.25, 0.75))
+    s = run_summary(tmp_path)
+    assert s["h_final"] == pytest.approx(0.4)
+    assert s["acc_last5"] == pytest.approx(statistics.mean(acc[-5:]))
+    assert s["pass@1"] == pytest.approx(0.25) and s["pass@8"] == pytest.approx(0.75)
+    assert s["band_error"] == pytest.approx(statistics.mean([0.1, 0.0, 0.0, 0.2]))  # the second half
+    assert s["s_per_it"] == pytest.approx(2.0)
+
+
+def test_table_ranks_cells_and_aggregates_seeds(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1])
+    for seed, acc in [(0, 0.2), (1, 0.4)]:
+        _write_run(run_dir(tmp_path, "grpo", "none", seed), [0.5] * 6, [acc] * 6)
+        _write_run(run_dir(tmp_path, "dapo", "none", seed), [0.7] * 6, [acc + 0.3] * 6)
+    table, cells = summarise(plan, tmp_path)
+    rows = table.splitlines()[2:]
+    assert rows[0].startswith("| dapo | none | 2 |") and rows[1].startswith("| grpo | none | 2 |")
+    assert "0.300 ± 0.141" in rows[1]  # mean and sample sd of 0.2, 0.4
+    assert "—" in rows[1]  # no band, no held-out evaluation logged
+    assert len(cells["grpo+none"]) == 2
+
+
+def test_train_command_sets_the_cell_and_evaluates_after_the_last_iteration(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["dapo"], controllers=["adapo"], seeds=[2], iterations=7, overrides=["debug=smoke"])
+    cmd = train_command(plan, "dapo", "adapo", 2, tmp_path, ROOT / "scripts" / "train.py")
+    assert {"algo=dapo", "callbacks/entropy=adapo", "seed=2", "trainer.max_epochs=7",
+            "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=7", "debug=smoke"} <= set(cmd)
+    assert f"hydra.run.dir={run_dir(tmp_path, 'dapo', 'adapo', 2)}" in cmd
+
+
+@pytest.mark.slow
+def test_a_real_study_runs_resumes_and_writes_its_table(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    cmd = [sys.executable, str(ROOT / "scripts" / "study.py"), "--algos", "grpo", "--controllers", "none",
+           "--seeds", "0", "--iterations", "2", "--eval-problems", "4", "--out", str(out), "--",
+           "debug=smoke", "batch.prompts_per_iter=4"]
+    subprocess.run(cmd, check=True, cwd=tmp_path)
+    done = out / "runs" / "grpo+none" / "seed0" / "done.json"
+    assert json.loads(done.read_text())["returncode"] == 0
+    table = (out / "study.md").read_text()
+    assert "| grpo | none | 1 |" in table and (out / "study.png").stat().st_size > 0
+    first = done.stat().st_mtime
+    subprocess.run(cmd, check=True, cwd=tmp_path)  # resumes: nothing is run again
+    assert done.stat().st_mtime == first
