@@ -145,8 +145,13 @@ def erc_keep(entropy: Tensor, old_entropy: Tensor, low: float, high: float) -> t
     ``1 − low < ρ_t < 1 + high``; the others are detached (value kept, no gradient). ERC acts on top of the
     PPO clip (the paper pairs it with DAPO and GPPO). Returns ``(keep [B, L] bool, ρ [B, L])``, both detached.
     """
-    rho = (entropy.detach().float() + 1e-8) / (old_entropy.float() + 1e-8)
+    rho = entropy_ratio(entropy, old_entropy)
     return (rho > 1.0 - low) & (rho < 1.0 + high), rho
+
+
+def entropy_ratio(entropy: Tensor, old_entropy: Tensor) -> Tensor:
+    """``(H_t(π_θ) + 1e-8) / (H_t(π_old) + 1e-8)`` per token, detached (ERC's ρ; ``train/entropy_ratio``)."""
+    return (entropy.detach().float() + 1e-8) / (old_entropy.float() + 1e-8)
 
 
 # ---------------------------------------------------------------------------------- Archer and SimKO split

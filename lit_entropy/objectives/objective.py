@@ -186,6 +186,8 @@ def micro_batch_loss(
             info = {k: torch.where(high, info_hi[k], v) for k, v in info.items()}
     erc_kept = None
     if algo.erc is not None:  # ERC: tokens whose entropy moved too far from the old policy's lose their gradient
+        if entropy is None:
+            raise ValueError("algo.erc needs the current policy's entropy (entropy)")
         erc_kept, _ = em.erc_keep(entropy, mb["entropy"], algo.erc.low, algo.erc.high)
         loss_tok = torch.where(erc_kept, loss_tok, loss_tok.detach())
     if sel.detach is not None:  # Clip-Cov: no gradient, and no value either (train/pg_loss reports the rest)
@@ -212,8 +214,7 @@ def micro_batch_loss(
         if entropy is not None:
             stats["entropy"] = torch.where(mask, entropy.detach(), 0.0).sum()
             if "entropy" in mb:  # train/entropy_ratio: current over pre-update entropy, per token
-                _, rho = em.erc_keep(entropy, mb["entropy"], 0.5, 0.5)
-                stats["entropy_ratio"] = torch.where(mask, rho, 0.0).sum()
+                stats["entropy_ratio"] = torch.where(mask, em.entropy_ratio(entropy, mb["entropy"]), 0.0).sum()
         if erc_kept is not None:
             stats["erc_clipped"] = (mask & ~erc_kept).sum()
     if "ref_logp" in mb:  # logged whatever kl_coef is (the KL term computed it with gradient when on)
