@@ -10,8 +10,9 @@ from typing import Any
 
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives import registry
+from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs, parse_args
 
-LOSSES = ("ppo", "gspo")
+LOSSES = ("ppo", "gspo", "gppo")
 REWARD_TRANSFORMS = ("unlikeliness",)
 
 
@@ -30,11 +31,16 @@ class AlgoConfig:
     beta_rank: float = 0.25
     """Unlikeliness rank penalty."""
     loss: str = "ppo"
-    """``ppo``: per-token clipped ratio; ``gspo``: one clipped ratio per sequence (Zheng et al. 2025)."""
+    """``ppo``: per-token clipped ratio; ``gspo``: one clipped ratio per sequence (Zheng et al. 2025);
+    ``gppo``: PPO's value with a gradient kept on clipped tokens (GPPO / CE-GPPO, docs/objectives.md)."""
     eps_low: float = 0.2
     """Lower clip range: the ratio is clipped at ``1 - eps_low`` (initial value of the knob)."""
     eps_high: float = 0.2
     """Upper clip range: ``1 + eps_high`` (0.28 is DAPO's clip-higher; initial value of the knob)."""
+    gppo_beta_low: float = 1.0
+    """``loss=gppo``: gradient scale β₁ kept on tokens clipped at ``1 − eps_low`` (A < 0); initial value of the knob."""
+    gppo_beta_high: float = 1.0
+    """``loss=gppo``: gradient scale β₂ kept on tokens clipped at ``1 + eps_high`` (A > 0); initial value of the knob."""
     dual_clip: float | None = None
     """Dual-clip constant c for negative advantages (None = off; 3 is the usual value)."""
     loss_agg: str = "token-mean"
@@ -59,11 +65,21 @@ class AlgoConfig:
     """Clamp each token's KL estimate to [−kl_clamp, kl_clamp] (None = off). k3's gradient,
     1 − π_ref/π_θ, grows like exp(log-ratio) where the policy has moved far below the reference; a
     clamp of 10 (verl's ``low_var_kl``) bounds it at about 12.5 and drops such tokens from the penalty."""
+    erc: ErcArgs | None = None
+    """Entropy ratio clipping ``{low, high}`` (None = off): tokens whose current/old entropy ratio leaves
+    (1 − low, 1 + high) lose their gradient."""
+    archer: ArcherArgs | None = None
+    """Archer's dual-token constraints ``{quantile, eps, kl_high}`` (None = off)."""
+    simko: SimkoArgs | None = None
+    """SimKO ``{k, alpha, lam, quantile}`` (None = off): top-K boost / top-1 penalty on high-entropy tokens."""
 
     def __post_init__(self) -> None:
         self.advantage_args = dict(self.advantage_args or {})
         self.selection_args = dict(self.selection_args or {})
         self.term_coefs = dict(self.term_coefs or {})
+        self.erc = parse_args(ErcArgs, self.erc, "erc")
+        self.archer = parse_args(ArcherArgs, self.archer, "archer")
+        self.simko = parse_args(SimkoArgs, self.simko, "simko")
         self._check_choices()
         self._check_combinations()
         if self.advantage not in ADVANTAGE_ESTIMATORS:
@@ -76,7 +92,7 @@ class AlgoConfig:
             raise ValueError(f"algo.eps_high={self.eps_high} must be >= 0")
         if self.dual_clip is not None and not self.dual_clip > 1:
             raise ValueError(f"algo.dual_clip={self.dual_clip} must be > 1 (or null)")
-        for name in ("entropy_coef", "kl_coef", "beta_rank"):
+        for name in ("entropy_coef", "kl_coef", "beta_rank", "gppo_beta_low", "gppo_beta_high"):
             if getattr(self, name) < 0:
                 raise ValueError(f"algo.{name}={getattr(self, name)} must be >= 0")
         if self.kl_clamp is not None and not self.kl_clamp > 0:
@@ -114,6 +130,15 @@ class AlgoConfig:
                 "algo.dual_clip applies to the per-token PPO ratio; it has no meaning with "
                 f"algo.loss={self.loss} / algo.selection={self.selection}"
             )
+        per_token = [k for k in ("archer", "simko") if getattr(self, k) is not None]
+        if per_token and (self.loss == "gspo" or replaces_ppo):
+            raise ValueError(f"algo.{per_token[0]} changes the per-token PPO surrogate; it has no meaning with "
+                             f"algo.loss={self.loss} / algo.selection={self.selection}")
+        if self.loss == "gppo" and replaces_ppo:
+            raise ValueError(f"algo.loss=gppo changes the PPO clip; algo.selection={self.selection} replaces it")
+        if self.archer is not None and self.archer.kl_high > 0 and not self.kl_coef > 0:
+            raise ValueError("algo.archer.kl_high > 0 needs algo.kl_coef > 0 (the KL term and its reference "
+                             "model are on only then; kl_coef is the low-entropy tokens' weight)")
         if self.loss_agg == "seq-mean-token-sum-norm" and not (self.loss_norm_constant or 0) > 0:
             raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs algo.loss_norm_constant > 0")
 

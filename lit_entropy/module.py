@@ -6,7 +6,7 @@ one optimizer step on a minibatch, accumulated over micro-batches with the minib
 count as the normaliser (manual optimisation, so no hidden division by the accumulation count).
 
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
-``entropy_coef``, ``kl_coef``, ``pic_alpha``.
+``gppo_beta_low``, ``gppo_beta_high``, ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
 
 Every forward pass goes through :mod:`lit_entropy.passes` (:meth:`PolicyModule.row_passes`): rows run
 whole, or, with ``share_prompts``, each group's prompt once and its completions on the prompt's cached keys
@@ -33,6 +33,7 @@ from lit_entropy import advantages as adv
 from lit_entropy import passes
 from lit_entropy.algo import AlgoConfig, OptimConfig
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
+from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
@@ -54,13 +55,16 @@ class PolicyModule(pl.LightningModule):
         uniform_entropy_tol: float | None = 1e-3,
         max_logp_mismatch_mean: float | None = 1.0,
         share_prompts: bool = True,
+        topk_mass: int = 3,
     ) -> None:
         """``uniform_entropy_tol``: stop the run when ``rollout/entropy`` is within this of log(vocabulary)
         — a policy collapsed to uniform (e.g. a far too large learning rate) produces no NaN, only noise.
         ``max_logp_mismatch_mean``: stop when the sampler's and the trainer's log-probs differ by more than
         this on average (nats) — the engine is not sampling from the trained weights. None turns either off.
         ``share_prompts``: run each group's prompt once and its completions on the prompt's cached keys and
-        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole."""
+        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole.
+        ``topk_mass``: K of ``diag/top1_mass`` / ``diag/topk_mass``, the policy's mean top-1 and top-K
+        probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on)."""
         super().__init__()
         self.model = policy.model
         self.model.train()  # from_pretrained hands it over in eval mode
@@ -75,6 +79,7 @@ class PolicyModule(pl.LightningModule):
         self.uniform_entropy_tol = uniform_entropy_tol
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
         self.share_prompts = share_prompts
+        self.topk_mass = self.algo.simko.k if self.algo.simko is not None else topk_mass
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them): eps_low, eps_high and each
         # registered loss term's coefficient (entropy_coef, kl_coef, pic_alpha, ...).
@@ -95,14 +100,14 @@ class PolicyModule(pl.LightningModule):
         self._grad_norm = torch.zeros(())
 
     # ---- forward -------------------------------------------------------------------------------
-    def row_passes(self, fields: dict[str, torch.Tensor]) -> passes.RowPasses:
+    def row_passes(self, fields: dict[str, torch.Tensor], topk: int = 0) -> passes.RowPasses:
         """The passes over ``fields``' rows: on their shared prompts where that works, else whole
-        (:mod:`lit_entropy.passes`)."""
-        return passes.for_rows(self._forward(), fields, share_prompts=self.share_prompts)
+        (:mod:`lit_entropy.passes`); with ``topk`` > 0 they also return the top-K candidates."""
+        return passes.for_rows(self._forward(topk), fields, share_prompts=self.share_prompts)
 
-    def _forward(self) -> passes.Forward:
+    def _forward(self, topk: int = 0) -> passes.Forward:
         return passes.Forward(self.model, self.batch_cfg.micro_batch_size, self.temperature, self.logit_chunk_size,
-                              self._precision_context, self.device)
+                              self._precision_context, self.device, topk)
 
     def token_stats(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True,
@@ -129,11 +134,15 @@ class PolicyModule(pl.LightningModule):
         """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
         scores = self.want_scores or needs_scores(self.algo)
-        rows = self.row_passes(batch.tensor_fields())
+        rows = self.row_passes(batch.tensor_fields(), topk=self.topk_mass)
         out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores)
         batch.old_logp, batch.entropy = out[0], out[1]
         if scores:
             batch.disc_s, batch.disc_n = out[2], out[3]
+        if self.topk_mass > 0:
+            top1, topk = topk_mass(torch.stack(out[-self.topk_mass - 1:-1], dim=-1), batch.response_mask)
+            batch.metrics.update({"diag/top1_mass": top1, "diag/topk_mass": topk})
+            rows.fwd.topk = 0  # the reference pass needs log-probs only
         if self.ref_model is not None:
             batch.ref_logp = self._no_grad_pass(rows, model=self.ref_model, with_entropy=False)[0]
         elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
@@ -187,7 +196,7 @@ class PolicyModule(pl.LightningModule):
         if minibatch["input_ids"].shape[0] == 0:  # a rollout hook rejected every row: nothing to learn
             return torch.zeros((), device=self.device)
         knobs = self.knobs()
-        rows = self.row_passes(minibatch)
+        rows = self.row_passes(minibatch, topk=self.algo.simko.k if self.algo.simko is not None else 0)
         current = None
         if needs_current_logp(self.algo):
             current = self._no_grad_pass(rows, with_entropy=False)[0].to(self.device)
@@ -198,7 +207,8 @@ class PolicyModule(pl.LightningModule):
         t0 = time.perf_counter()
         for mb in rows.micro_batches():  # this rank's share; padding ones keep the collectives in step
             ent = mb.ent if knobs.entropy_coef > 0 else mb.ent.detach()
-            loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent)
+            loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent,
+                                           mb.topk)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
@@ -220,7 +230,8 @@ class PolicyModule(pl.LightningModule):
         """The step's ``train/*`` sums over ranks: the same keys on every rank, even one that ran only padding."""
         if dist.world_size() == 1:
             return sums, loss_total
-        keys = ["pg_loss", "entropy", "clip_low", "clip_high", "ratio", "tokens"] + (["kl"] if with_kl else [])
+        keys = ["pg_loss", "entropy", "entropy_ratio", "clip_low", "clip_high", "ratio", "tokens"]
+        keys += (["kl"] if with_kl else []) + (["erc_clipped"] if self.algo.erc is not None else [])
         local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
         sums = dist.all_reduce_sum({**local, "loss": loss_total})
         return sums, sums.pop("loss")
@@ -241,6 +252,10 @@ class PolicyModule(pl.LightningModule):
         }
         if "kl" in sums:
             metrics["train/kl_ref"] = sums["kl"] / denom
+        if "entropy_ratio" in sums:
+            metrics["train/entropy_ratio"] = sums["entropy_ratio"] / denom
+        if "erc_clipped" in sums:
+            metrics["train/erc_clipfrac"] = sums["erc_clipped"] / denom
         if masked_frac is not None:
             metrics[f"train/masked_frac_{self.algo.selection}"] = torch.tensor(masked_frac)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)

@@ -42,6 +42,7 @@ from torch import Tensor
 from lit_entropy import model_support, prefix
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
+from lit_entropy.diagnostics.topk import topk_logprobs
 from lit_entropy.utils import dist
 
 
@@ -56,16 +57,23 @@ class Forward:
     precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     """The trainer's precision context (autocast for bf16/fp16), entered by the passes without gradient."""
     device: torch.device | str = "cpu"
+    topk: int = 0
+    """When > 0, every pass also returns the top-``topk`` candidates' log-probs (one [B, L] tensor per rank,
+    with gradient in the update) and whether the target is the top-1 (a 0/1 [B, L] tensor), after the others."""
 
     def stats(self, shifted: Tensor, targets: Tensor, place: Callable[[Tensor], Tensor], with_entropy: bool = True,
               with_scores: bool = False) -> tuple[Tensor | None, ...]:
-        """fp32 ``(logp, entropy[, S, N])`` of shifted logits, each ``place``d (entropy None without it)."""
+        """fp32 ``(logp, entropy[, S, N][, top-K log-probs..., is_top1])`` of shifted logits, each ``place``d
+        (entropy None without it)."""
         chunk = self.logit_chunk_size
         logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
                                                with_entropy=with_entropy)
         out = [logp, ent]
         if with_scores:
             out += token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
+        if self.topk > 0:
+            top, is_top1 = topk_logprobs(shifted, targets, self.topk, temperature=self.temperature, chunk_size=chunk)
+            out += [*top.unbind(-1), is_top1.float()]
         return tuple(place(v) if v is not None else None for v in out)
 
     def token_stats(self, model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, with_entropy: bool = True,
@@ -103,6 +111,13 @@ class MicroBatch:
     """[m, width] fp32 log-probs of the current policy."""
     ent: Tensor
     """[m, width] fp32 entropy."""
+    top: tuple[Tensor, ...] = ()
+    """With ``Forward.topk``: the top-K log-probs [m, width] (with gradient), then the 0/1 is-top-1 indicator."""
+
+    @property
+    def topk(self) -> tuple[Tensor, Tensor] | None:
+        """``(top-K log-probs [m, width, K], target is top-1 [m, width] bool)``, or None without ``Forward.topk``."""
+        return (torch.stack(self.top[:-1], dim=-1), self.top[-1].bool()) if self.top else None
 
     @property
     def width(self) -> int:
@@ -154,8 +169,8 @@ class WholeRows(RowPasses):
     def micro_batches(self) -> Iterator[MicroBatch]:
         for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
             mb = dist.take_rows(self.fields, rows, width)
-            logp, ent = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"], with_entropy=True)
-            yield MicroBatch(rows, padding, mb, logp, ent)
+            logp, ent, *top = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"])
+            yield MicroBatch(rows, padding, mb, logp, ent, tuple(top))
 
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
         """Nothing: each micro-batch's backward went all the way."""
@@ -203,8 +218,8 @@ class SharedPrompts(RowPasses):
             rows = rows.to(self.fwd.device)
             full = int(self.lengths[rows].max())
             mb = dist.take_rows(self.fields, rows, full)
-            logp, ent = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full)
-            yield MicroBatch(rows, padding, mb, logp, ent)
+            logp, ent, *top = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full)
+            yield MicroBatch(rows, padding, mb, logp, ent, tuple(top))
 
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
         """The prompt pass's share of the gradient: one backward through the prompt pass (chunk by chunk,

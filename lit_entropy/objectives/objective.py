@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_entropy.objectives import entropy_methods as em
 from lit_entropy.objectives import registry
 from lit_entropy.objectives import selection as rules
 from lit_entropy.objectives.policy_loss import (
@@ -37,16 +38,18 @@ from lit_entropy.objectives.registry import ObjectiveConfig, TermInputs
 class Knobs(Mapping[str, Any]):
     """Knob name -> value for one optimizer step, read from the module (controllers change them between steps).
 
-    The knobs are the clip range (``eps_low``, ``eps_high``) and each registered loss term's coefficient
-    (:data:`~lit_entropy.objectives.registry.KNOBS`); a coefficient left out is 0 (its term is off).
+    The knobs are the clip range (``eps_low``, ``eps_high``), GPPO's ``gppo_beta_low``/``gppo_beta_high``
+    (default 1) and each registered loss term's coefficient (:data:`~lit_entropy.objectives.registry.KNOBS`);
+    a coefficient left out is 0 (its term is off).
     ``knobs["kl_coef"]`` and ``knobs.kl_coef`` read the same value.
     """
 
     def __init__(self, eps_low: float, eps_high: float, **coefs: Any) -> None:
-        unknown = set(coefs) - set(registry.TERM_KNOBS)
+        unknown = set(coefs) - set(registry.TERM_KNOBS) - set(registry.CLIP_KNOBS)
         if unknown:
             raise TypeError(f"unknown knobs {sorted(unknown)}; the knobs are {registry.KNOBS}")
-        self._values = {"eps_low": eps_low, "eps_high": eps_high, **dict.fromkeys(registry.TERM_KNOBS, 0.0), **coefs}
+        self._values = {"eps_low": eps_low, "eps_high": eps_high, **registry.CLIP_KNOBS,
+                        **dict.fromkeys(registry.TERM_KNOBS, 0.0), **coefs}
 
     @classmethod
     def read(cls, owner: object) -> Knobs:
@@ -117,6 +120,9 @@ def select_tokens(
         setattr(sel, rule.effect, chosen)
         sel.frac = float(1.0 - frac if rule.reports_kept else frac)  # report the fraction removed
     sel.num_tokens, sel.num_seqs = global_counts(sel.loss_mask)
+    for name, args in (("archer_high", algo.archer), ("simko_high", algo.simko)):  # per-response entropy split
+        if args is not None:
+            sel.prepared[name] = em.high_entropy_tokens(mb["entropy"], mask, args.quantile)
     for term in registry.active_terms(knobs):
         if term.prepare is not None:
             sel.prepared.update(term.prepare(mb, sel.loss_mask))
@@ -150,10 +156,20 @@ def micro_batch_loss(
     sel: TokenSelection,
     logp: Tensor,
     entropy: Tensor | None,
+    topk: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Loss of one micro-batch (rows of ``mb`` and ``sel`` already sliced) and token-sum statistics."""
+    """Loss of one micro-batch (rows of ``mb`` and ``sel`` already sliced) and token-sum statistics.
+
+    ``topk`` is the micro-batch's (top-K log-probs [B, L, K] with gradient, target is top-1 [B, L]), which
+    SimKO needs (:attr:`lit_entropy.passes.MicroBatch.topk`)."""
     mask = sel.loss_mask
     adv, old = mb["token_advantages"], mb["old_logp"]
+    logp_pg = logp  # what the surrogate sees: SimKO mixes the top-K candidates into it
+    if algo.simko is not None:
+        if topk is None:
+            raise ValueError("algo.simko needs the top-K log-probs of the update's forward (topk)")
+        logp_pg, adv = em.simko_inputs(logp, old, adv, *topk, sel.prepared["simko_high"], algo.simko.alpha,
+                                       algo.simko.lam)
     counts = {"num_tokens": sel.num_tokens, "num_seqs": sel.num_seqs, "norm_constant": algo.loss_norm_constant}
     if algo.loss == "gspo":
         loss_tok, info = gspo_surrogate(logp, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
@@ -162,8 +178,18 @@ def micro_batch_loss(
         none = torch.zeros_like(mask)
         info = {"clipped_low": none, "clipped_high": none}
     else:
-        loss_tok, info = clipped_surrogate(logp, old, adv, knobs["eps_low"], knobs["eps_high"], algo.dual_clip,
-                                           mask=mask)
+        loss_tok, info = _clipped(algo, knobs, logp_pg, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
+        if algo.archer is not None:  # the high-entropy tokens are clipped at their own, looser range
+            high = sel.prepared["archer_high"]
+            loss_hi, info_hi = _clipped(algo, knobs, logp_pg, old, adv, mask, algo.archer.eps, algo.archer.eps)
+            loss_tok = torch.where(high, loss_hi, loss_tok)
+            info = {k: torch.where(high, info_hi[k], v) for k, v in info.items()}
+    erc_kept = None
+    if algo.erc is not None:  # ERC: tokens whose entropy moved too far from the old policy's lose their gradient
+        if entropy is None:
+            raise ValueError("algo.erc needs the current policy's entropy (entropy)")
+        erc_kept, _ = em.erc_keep(entropy, mb["entropy"], algo.erc.low, algo.erc.high)
+        loss_tok = torch.where(erc_kept, loss_tok, loss_tok.detach())
     if sel.detach is not None:  # Clip-Cov: no gradient, and no value either (train/pg_loss reports the rest)
         loss_tok = torch.where(sel.detach, torch.zeros((), device=loss_tok.device), loss_tok)
     if "row_weight" in mb:  # a rollout hook's reweighting (Entrocraft's per-prompt 1/|S_x|)
@@ -187,6 +213,19 @@ def micro_batch_loss(
         }
         if entropy is not None:
             stats["entropy"] = torch.where(mask, entropy.detach(), 0.0).sum()
+            if "entropy" in mb:  # train/entropy_ratio: current over pre-update entropy, per token
+                stats["entropy_ratio"] = torch.where(mask, em.entropy_ratio(entropy, mb["entropy"]), 0.0).sum()
+        if erc_kept is not None:
+            stats["erc_clipped"] = (mask & ~erc_kept).sum()
     if "ref_logp" in mb:  # logged whatever kl_coef is (the KL term computed it with gradient when on)
         stats["kl"] = torch.where(mask, inputs.kl_tokens.detach(), 0.0).sum()
     return loss, stats
+
+
+def _clipped(algo: ObjectiveConfig, knobs: Mapping[str, Any], logp: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
+             eps_low: float, eps_high: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """The per-token clipped surrogate of ``algo.loss``: PPO's, or GPPO's with the knobs' betas."""
+    if algo.loss == "gppo":
+        return em.gppo_surrogate(logp, old, adv, eps_low, eps_high, knobs["gppo_beta_low"], knobs["gppo_beta_high"],
+                                 algo.dual_clip, mask=mask)
+    return clipped_surrogate(logp, old, adv, eps_low, eps_high, algo.dual_clip, mask=mask)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+import torch
 from torch import Tensor
 
 from lit_entropy.objectives import selection
@@ -43,6 +44,9 @@ class ObjectiveConfig(Protocol):
     loss_norm_constant: float | None
     kl_kind: str
     kl_clamp: float | None
+    erc: Any
+    archer: Any
+    simko: Any
 
 
 # --------------------------------------------------------------------------------------------- selection
@@ -202,8 +206,13 @@ def _entropy_bonus(t: TermInputs, coef: Any) -> Tensor:
 
 
 def _kl_penalty(t: TermInputs, coef: Any) -> Tensor:
-    """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``)."""
-    return coef * t.aggregate(t.kl_tokens)
+    """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``). With Archer the
+    high-entropy tokens get the weight ``algo.archer.kl_high`` instead of ``coef``."""
+    high = t.prepared.get("archer_high")
+    if high is None:
+        return coef * t.aggregate(t.kl_tokens)
+    weight = torch.where(high, float(t.algo.archer.kl_high), float(coef))
+    return t.aggregate(weight * t.kl_tokens)
 
 
 LOSS_TERMS: dict[str, LossTerm] = {term.name: term for term in (  # added to the loss in this order
@@ -213,8 +222,11 @@ LOSS_TERMS: dict[str, LossTerm] = {term.name: term for term in (  # added to the
 )}
 
 TERM_KNOBS: tuple[str, ...] = tuple(term.knob for term in LOSS_TERMS.values())
-KNOBS: tuple[str, ...] = ("eps_low", "eps_high", *TERM_KNOBS)
-"""Everything a controller may change between steps: the clip range and each loss term's coefficient."""
+CLIP_KNOBS: dict[str, float] = {"gppo_beta_low": 1.0, "gppo_beta_high": 1.0}
+"""Knobs of the clipped surrogate beyond the clip range, with their defaults: the gradient scales that
+``loss=gppo`` keeps on clipped tokens (a smooth actuator for a controller; unused by the other losses)."""
+KNOBS: tuple[str, ...] = ("eps_low", "eps_high", *CLIP_KNOBS, *TERM_KNOBS)
+"""Everything a controller may change between steps: the clip range, GPPO's betas and each loss term's coefficient."""
 
 
 # ---------------------------------------------------------------------------------------------- queries

@@ -32,6 +32,11 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, preset):
         assert f"train/masked_frac_{RULE_OF[preset]}" in scalars
     if preset == "dapo":
         assert "rollout/sampling_rounds" in scalars
+    if preset == "erc":
+        assert "train/erc_clipfrac" in scalars
+    ratios = [v for _, v in scalars["train/entropy_ratio"]]
+    assert ratios and all(math.isfinite(v) and v > 0 for v in ratios)
+    assert all(0 < v <= 1 for _, v in scalars["diag/top1_mass"])
     if preset == "entropy_bonus":
         kl = [v for _, v in scalars["train/kl_ref"]]
         assert kl and all(math.isfinite(v) and v >= 0 for v in kl)  # k3 is non-negative

@@ -90,10 +90,11 @@ def test_to_rows_places_values_on_the_response_only():
     assert torch.equal(first, vals[:, 0])
 
 
-def test_no_grad_pass_matches_whole_rows():
+@pytest.mark.parametrize("topk", [0, 3])
+def test_no_grad_pass_matches_whole_rows(topk):
     shared, whole = make_module(True), make_module(False)
     rows = grouped_rows(shared.tokenizer.vocab_size, shared.tokenizer.pad_id)
-    on_prompts, whole_rows = shared.row_passes(rows), whole.row_passes(rows)
+    on_prompts, whole_rows = shared.row_passes(rows, topk=topk), whole.row_passes(rows, topk=topk)
     assert isinstance(on_prompts, passes.SharedPrompts) and isinstance(whole_rows, passes.WholeRows)
     a = on_prompts.no_grad(with_entropy=True, with_scores=True)
     b = whole_rows.no_grad(with_entropy=True, with_scores=True)
@@ -116,7 +117,8 @@ def one_step_gradient(module: PolicyModule, rows: dict[str, torch.Tensor]) -> tu
     return step_gradient(module, mb)
 
 
-@pytest.mark.parametrize("algo", [{}, {"entropy_coef": 0.01}, {"loss_agg": "seq-mean-token-mean"}])
+@pytest.mark.parametrize("algo", [{}, {"entropy_coef": 0.01}, {"loss_agg": "seq-mean-token-mean"},
+                                  {"simko": {"k": 3, "alpha": 0.5, "quantile": 0.5}}])
 def test_update_gradient_matches_whole_rows(algo):
     rows = grouped_rows(20, 0)
     ref_loss, ref = one_step_gradient(make_module(False, **algo), rows)
