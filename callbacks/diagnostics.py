@@ -16,8 +16,11 @@ Metrics (written into ``batch.metrics``, which the module logs as per-iteration 
   when set, else ``batch.advantages``). Controllers that reshape these (Entrocraft, REPO) act in the
   same hook, so list this callback after the entropy controller (``callbacks/diagnostics`` after
   ``callbacks/entropy``) for the metrics to describe the post-controller batch.
-* ``diag/disc_centered_mean``, ``diag/entropy_q10|q50|q90|q99`` and the ``diag/token_entropy``
-  histogram — over all response tokens (a property of the sampled batch, before any rejection).
+* ``diag/grad_mass_{pos,neg}_{high,low}p`` — share of ``Σ|A_t|·(1 − p_t)`` in each quadrant of advantage
+  sign × sampled-token probability (``p ≥ 0.5`` or below), over the same tokens.
+* ``diag/entropy_high_quantile``, ``diag/entropy_low_quantile`` (mean entropy of the top-20 % / bottom-80 %
+  of tokens by entropy), ``diag/disc_centered_mean``, ``diag/entropy_q10|q50|q90|q99`` and the
+  ``diag/token_entropy`` histogram — over all response tokens (a property of the sampled batch, before any rejection).
 * ``diag/dH_actual`` — ``rollout/entropy`` of this iteration minus that of the previous iteration.
   It is attached to (logged with) **this** iteration k: ``dH_actual[k] = H[k] − H[k−1]`` is the
   realised change caused by the update of iteration k−1, so compare it with ``dH_pred[k−1]`` (one
@@ -47,6 +50,7 @@ from lit_entropy.diagnostics.entropy_dynamics import (
     mean_loglik_by_sign,
     response_values,
 )
+from lit_entropy.diagnostics.token_split import QUADRANTS, entropy_high_low, grad_mass_quadrants
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +146,10 @@ class EntropyDiagnosticsCallback(pl.Callback):
                 "EntropyDiagnosticsCallback: batch.disc_s/disc_n are not set (pl_module.want_scores is off?); "
                 "diag/dH_pred and diag/disc_centered_mean are skipped"
             )
+        shares = grad_mass_quadrants(adv, batch.old_logp, loss_mask)
+        out.update({f"diag/grad_mass_{name}": float(v) for name, v in zip(QUADRANTS, shares.tolist(), strict=True)})
+        high, low = entropy_high_low(batch.entropy, resp)
+        out["diag/entropy_high_quantile"], out["diag/entropy_low_quantile"] = float(high), float(low)
         values = entropy_quantiles(batch.entropy, resp, self.quantiles)
         for q, v in zip(self.quantiles, values.tolist(), strict=True):
             out[_quantile_name(q)] = float(v)

@@ -11,6 +11,8 @@ Estimators (all ``[B] -> [B]`` fp32, pick one by name with :func:`compute_advant
 * :func:`rloo` — RLOO (Ahmadian et al. 2024), leave-one-out mean.
 * :func:`reinforce_pp_baseline` — REINFORCE++-baseline (Hu et al. 2025), group mean then batch whitening.
 * :func:`w_reinforce` — W-REINFORCE (Zhu et al. 2025), ``+λ`` / ``−1`` with no baseline.
+* :func:`qae` — QAE (Wu et al. 2025, arXiv 2509.22611), the group's K-quantile as baseline.
+* :func:`pass_at_k` — Pass@k training (Chen et al. 2025, arXiv 2508.10751), closed-form group advantage.
 
 Reward shaping applied before an estimator: :func:`unlikeliness_rewards` (He et al. 2025).
 Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`select_groups`.
@@ -18,6 +20,7 @@ Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`sel
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -197,7 +200,60 @@ def unlikeliness_rewards(
     return (rewards.float().view(-1, group_size) * scale).reshape(-1)
 
 
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce")
+def qae(rewards: Tensor, group_size: int, quantile_k: float = 0.4, eps: float = 1e-6) -> Tensor:
+    """QAE advantages (Wu et al. 2025, "Quantile Advantage Estimation for Entropy-Safe Reasoning",
+    arXiv 2509.22611), fp32 [B].
+
+    ``A_i = (R_i − b_K)/(std_G R + eps)``: GRPO with the group mean replaced by the K-quantile
+    ``b_K = inf{x : F_G(x) ≥ K}`` of the group's rewards (F_G their empirical CDF), i.e. the
+    ``⌈K·G⌉``-th smallest reward; ``std_G`` is the unbiased group std, as in :func:`grpo`. With binary
+    rewards and success rate p, ``b_K = 0`` when ``p ≤ 1 − K`` (only the successes learn, A > 0) and
+    ``b_K = 1`` otherwise (only the failures learn, A < 0): most responses get advantage 0 exactly. K = 0.4
+    is the value of the paper's figures. ``⌈K·G⌉`` is taken with a 1e-9 tolerance so that e.g. K·G = 2 in
+    floating point counts as 2. All-equal groups give 0. Raises ``ValueError`` for ``K ∉ (0, 1)``.
+    """
+    if not 0 < quantile_k < 1:
+        raise ValueError(f"quantile_k={quantile_k} must be in (0, 1)")
+    grouped = _grouped(rewards, group_size)
+    rank = min(max(math.ceil(quantile_k * group_size - 1e-9), 1), group_size)
+    baseline = grouped.sort(dim=1).values[:, rank - 1 : rank]
+    centred = (grouped - baseline) / (grouped.std(dim=1, keepdim=True, correction=1) + eps)
+    flat = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(flat, torch.zeros_like(centred), centred).reshape(-1)
+
+
+def pass_at_k(rewards: Tensor, group_size: int, k: int = 4, correct_threshold: float = 1.0,
+              eps: float = 1e-6) -> Tensor:
+    """Pass@k-training advantages (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
+    Exploration and Exploitation of Large Reasoning Models", arXiv 2508.10751), fp32 [B].
+
+    The analytical form of their bootstrap: the group of N = G responses with c correct is split into all
+    C(N, k) subsets of k; a subset scores 1 if any member is correct (its pass@k); each response's advantage
+    is the group-normalised score averaged over the subsets it belongs to. In closed form, with
+    ``ρ = 1 − C(N−c, k)/C(N, k)`` (mean subset score) and ``σ = sqrt(ρ(1 − ρ))``:
+
+    * correct response: ``A⁺ = (1 − ρ)/(σ + eps)``;
+    * wrong response: ``A⁻ = (1 − ρ − C(N−c−1, k−1)/C(N−1, k−1))/(σ + eps)``.
+
+    k = 1 gives GRPO with the population std. Rewards count as correct when ``R ≥ correct_threshold``:
+    the closed form is for binary outcomes, so non-binary rewards are binarised (their size is lost).
+    All-correct and all-wrong groups give 0. Raises ``ValueError`` unless ``1 ≤ k ≤ G``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= group_size:
+        raise ValueError(f"k={k!r} must be an integer in [1, group_size={group_size}]")
+    correct = _grouped(rewards, group_size) >= correct_threshold
+    n = group_size
+    table = torch.zeros(n + 1, 2, dtype=torch.float64)  # row c: (A⁺, A⁻) for a group with c correct
+    for c in range(1, n):
+        rho = 1 - math.comb(n - c, k) / math.comb(n, k)
+        sigma = math.sqrt(rho * (1 - rho))
+        miss = math.comb(n - c - 1, k - 1) / math.comb(n - 1, k - 1)
+        table[c] = torch.tensor([(1 - rho) / (sigma + eps), (1 - rho - miss) / (sigma + eps)])
+    per_group = table.float().to(rewards.device)[correct.sum(dim=1)]  # [B // G, 2]
+    return torch.where(correct, per_group[:, :1], per_group[:, 1:]).reshape(-1)
+
+
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk")
 """Names accepted by :func:`compute_advantages`."""
 
 # Keyword arguments each estimator understands; others in ``_KNOWN_KWARGS`` are dropped for it.
@@ -207,6 +263,8 @@ _ACCEPTED_KWARGS: dict[str, frozenset[str]] = {
     "rloo": frozenset(),
     "reinforce_pp": frozenset({"eps"}),
     "w_reinforce": frozenset({"lam", "correct_threshold"}),
+    "qae": frozenset({"quantile_k", "eps"}),
+    "passk": frozenset({"k", "correct_threshold", "eps"}),
 }
 _KNOWN_KWARGS = frozenset().union(*_ACCEPTED_KWARGS.values())
 
@@ -215,10 +273,11 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
     """Per-sequence advantages [B] fp32 from the estimator called ``name`` (one of :data:`ESTIMATORS`).
 
     ``"grpo"`` → :func:`grpo`, ``"dr_grpo"`` → :func:`dr_grpo`, ``"rloo"`` → :func:`rloo`,
-    ``"reinforce_pp"`` → :func:`reinforce_pp_baseline`, ``"w_reinforce"`` → :func:`w_reinforce`.
+    ``"reinforce_pp"`` → :func:`reinforce_pp_baseline`, ``"w_reinforce"`` → :func:`w_reinforce`,
+    ``"qae"`` → :func:`qae`, ``"passk"`` → :func:`pass_at_k`.
 
     ``kwargs`` may hold the union of the estimators' options (``eps``, ``scale_std``, ``lam``,
-    ``correct_threshold``), e.g. straight from a config; each is forwarded only to the estimators it
+    ``correct_threshold``, ``quantile_k``, ``k``), e.g. straight from a config; each is forwarded only to the estimators it
     means something to and dropped for the others. A name outside that set raises ``TypeError``;
     an unknown ``name`` raises ``ValueError`` listing the valid ones.
     """
@@ -239,6 +298,10 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
         return rloo(rewards, group_size)
     if name == "reinforce_pp":
         return reinforce_pp_baseline(rewards, group_size, **opts)
+    if name == "qae":
+        return qae(rewards, group_size, **opts)
+    if name == "passk":
+        return pass_at_k(rewards, group_size, **opts)
     return w_reinforce(rewards, group_size=group_size, **opts)
 
 

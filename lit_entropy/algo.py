@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lit_entropy import token_shaping
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives import registry
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs, parse_args
@@ -23,9 +24,15 @@ class AlgoConfig:
     name: str = "grpo"
     """Preset name (for run names and logs)."""
     advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce (docs/design.md §7.1)."""
+    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce, qae, passk (docs/design.md §7.1)."""
     advantage_args: dict[str, Any] = field(default_factory=dict)
-    """Extra estimator arguments, e.g. ``{lam: 0.1}`` for w_reinforce."""
+    """Extra estimator arguments, e.g. ``{lam: 0.1}`` for w_reinforce, ``{quantile_k: 0.4}`` for qae,
+    ``{k: 4}`` for passk."""
+    token_shaping: str | None = None
+    """Per-token shaping of the advantages from the pre-update entropy: entropy_adv, gtpo, grpo_s
+    (:mod:`lit_entropy.token_shaping`), or null. gtpo and grpo_s replace the estimator."""
+    token_shaping_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the shaping rule (e.g. ``{alpha: 0.4, kappa: 2}`` for entropy_adv)."""
     reward_transform: str | None = None
     """``unlikeliness`` (He et al. 2025): rank penalty on likely samples before the estimator."""
     beta_rank: float = 0.25
@@ -75,6 +82,7 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         self.advantage_args = dict(self.advantage_args or {})
+        self.token_shaping_args = dict(self.token_shaping_args or {})
         self.selection_args = dict(self.selection_args or {})
         self.term_coefs = dict(self.term_coefs or {})
         self.erc = parse_args(ErcArgs, self.erc, "erc")
@@ -115,10 +123,19 @@ class AlgoConfig:
             if value not in allowed:
                 raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
         registry.check_selection_args(self.selection, self.selection_args)
+        token_shaping.check_args(self.token_shaping, self.token_shaping_args)
+        k, q = self.advantage_args.get("k"), self.advantage_args.get("quantile_k")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"algo.advantage_args.k={k!r} must be an integer >= 1 (and <= batch.group_size)")
+        if q is not None and not 0 < q < 1:
+            raise ValueError(f"algo.advantage_args.quantile_k={q} must be in (0, 1)")
 
     def _check_combinations(self) -> None:
         """Combinations that cannot work fail here, at start-up, naming both sides."""
         rule = registry.SELECTION_RULES.get(self.selection) if self.selection is not None else None
+        if self.token_shaping in token_shaping.REPLACES_ESTIMATOR and self.advantage != "grpo":
+            raise ValueError(f"algo.token_shaping={self.token_shaping} computes the advantages itself; "
+                             f"algo.advantage={self.advantage} would be ignored: leave it at grpo")
         if self.loss == "gspo" and rule is not None and rule.per_token_ratios:
             raise ValueError(
                 f"algo.loss=gspo uses one ratio per sequence; algo.selection={self.selection} acts on "

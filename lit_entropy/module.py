@@ -30,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy import advantages as adv
-from lit_entropy import passes
+from lit_entropy import passes, token_shaping
 from lit_entropy.algo import AlgoConfig, OptimConfig
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.topk import topk_mass
@@ -159,10 +159,15 @@ class PolicyModule(pl.LightningModule):
         batch.advantages = adv.compute_advantages(self.algo.advantage, rewards, batch.group_size,
                                                   **self.algo.advantage_args)
         batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()
+        if self.algo.token_shaping is not None:  # per-token rules on the pre-update entropy
+            batch.advantages, batch.token_advantages = token_shaping.shape(
+                self.algo.token_shaping, batch.advantages, rewards, batch.entropy, resp, batch.group_size,
+                **self.algo.token_shaping_args)
         mismatch = (batch.sampler_logp - batch.old_logp).abs()[resp]
         batch.metrics.update(
             {
                 "rollout/entropy": float(masked_mean(batch.entropy, resp)),
+                "diag/zero_adv_frac": float((batch.advantages == 0).float().mean()),  # QAE's sparsity
                 "diag/logp_mismatch_mean": float(mismatch.mean()) if mismatch.numel() else 0.0,
                 "diag/logp_mismatch_max": float(mismatch.max()) if mismatch.numel() else 0.0,
                 "time/prepare": time.perf_counter() - t0,

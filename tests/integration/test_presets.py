@@ -30,6 +30,8 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, preset):
     assert all(math.isfinite(v) for _, v in scalars["rollout/entropy"])
     if preset in RULE_OF:
         assert f"train/masked_frac_{RULE_OF[preset]}" in scalars
+    if preset in ("qae", "passk"):  # sparse estimators: the share of rows left with advantage 0
+        assert all(0 <= v <= 1 for _, v in scalars["diag/zero_adv_frac"])
     if preset == "dapo":
         assert "rollout/sampling_rounds" in scalars
     if preset == "erc":
