@@ -130,6 +130,21 @@ def test_checkpoint_names_are_the_saved_files_names(tmp_path):
     assert "lm_head.weight" in dict(ms.checkpoint_items(gemma, state))  # engine unknown: keep it
 
 
+def test_dropout_is_switched_off_without_drawing_random_numbers():
+    model = tiny_model("gpt2")  # GPT2Config, like GPT-2 checkpoints, drops 0.1 of attention, residuals, embeddings
+    ids = torch.randint(3, 96, (2, 9))
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits  # eval mode
+        model.train()
+        assert not torch.equal(model(input_ids=ids).logits, reference)
+        assert ms.disable_dropout(model) == [0.1]
+        state = torch.random.get_rng_state()
+        assert torch.equal(model(input_ids=ids).logits, reference)
+        assert torch.equal(torch.random.get_rng_state(), state)
+    assert model.config.attn_pdrop == model.config.resid_pdrop == model.config.embd_pdrop == 0.0
+    assert ms.disable_dropout(tiny_model("llama")) == []
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fsdp2_finds_every_familys_decoder_layers(family):
     model = tiny_model(family)
