@@ -145,6 +145,18 @@ def test_dropout_is_switched_off_without_drawing_random_numbers():
     assert ms.disable_dropout(tiny_model("llama")) == []
 
 
+def test_hf_policy_loads_gpt2_without_dropout(tmp_path, caplog):
+    from lit_entropy.models import HFPolicy
+    from lit_entropy.tokenizer import CharTokenizer
+
+    save_tiny("gpt2", tmp_path)
+    CharTokenizer.for_countdown().to_hf().save_pretrained(str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="lit_entropy.models"):
+        model = HFPolicy(name_or_path=str(tmp_path)).build().model
+    assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert any("dropout: off (the checkpoint's [0.1])" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fsdp2_finds_every_familys_decoder_layers(family):
     model = tiny_model(family)
