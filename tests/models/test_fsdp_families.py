@@ -6,7 +6,7 @@ rollouts, the real Trainer) once on one process and once under ``torchrun --npro
 ``trainer=fsdp``, which shards each family's decoder layers. A random policy earns no reward, so the
 update is an entropy bonus (whose gradient needs none) and moves every parameter. Prompts come in chunks
 of 4 so that both ranks' blocks of 4 prompts sample what one rank samples (``rollout.engine.prompts_per_chunk``).
-Two processes start and fit every family: about 2 minutes on 2 busy cores, so ``slow``.
+Two launches fit every family: about 6 minutes on 2 busy cores, so ``slow``.
 """
 
 from __future__ import annotations
