@@ -164,6 +164,35 @@ def check_vllm(model_path: str, trust_remote_code: bool = False) -> None:
                          "use rollout=hf")
 
 
+_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout")
+
+
+def disable_dropout(model: torch.nn.Module) -> list[float]:
+    """Switch off every dropout of ``model`` in place; returns the probabilities that were on.
+
+    The trainer's update runs the module in training mode. With dropout on (GPT-2 checkpoints ship 0.1)
+    the update's log-probs would be a random mask's, not the policy's that sampled and scored the rows (the
+    first PPO ratio would not be 1), and each rank would draw its own masks. RL fine-tuning libraries turn
+    it off likewise (TRL's ``disable_dropout``). ``p = 0`` draws no random numbers.
+    """
+    found: set[float] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            found.add(float(module.p))
+            module.p = 0.0
+        rate = getattr(module, "attention_dropout", None)  # read at forward time by most attention classes
+        if isinstance(rate, float) and rate > 0:
+            found.add(rate)
+            module.attention_dropout = 0.0
+    config = text_config(model)
+    for key in _DROPOUT_KEYS:  # a copy built from the config (the HF engine under FSDP2) has none either
+        rate = getattr(config, key, None)
+        if isinstance(rate, float) and rate > 0:
+            found.add(rate)
+            setattr(config, key, 0.0)
+    return sorted(found)
+
+
 def startup_report(model: torch.nn.Module) -> str:
     """One short block: family, size, attention, windows, tied embeddings, and the fast paths' state."""
     from lit_entropy import prefix

@@ -275,10 +275,11 @@ class HFPolicy:
             self.name_or_path, dtype=getattr(torch, self.dtype), trust_remote_code=self.trust_remote_code
         )
         hf_tok = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=self.trust_remote_code)
-        model = with_lora(model, self.lora)
-        from lit_entropy.model_support import startup_report
+        from lit_entropy.model_support import disable_dropout, startup_report
 
-        log.info("%s", startup_report(model))
+        dropout = disable_dropout(model)
+        model = with_lora(model, self.lora)
+        log.info("%s", startup_report(model) + (f"\n  dropout: off (the checkpoint's {dropout})" if dropout else ""))
         return PolicyBundle(model=model, tokenizer=HFTokenizerAdapter(hf_tok), path=self.name_or_path)
 
 

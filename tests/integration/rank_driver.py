@@ -4,8 +4,9 @@ Run on one process (``python tests/integration/rank_driver.py OUT trainer=cpu NA
 under ``torchrun --nproc_per_node=2`` with ``trainer=ddp`` / ``trainer=fsdp``. For every config it
 composes the real Hydra config, fits one iteration with the real Trainer, and writes
 ``OUT/<name>.rank<r>.pt``: the full parameters after the update, the batch's completions, rewards,
-``rollout/entropy``, old log-probs and the controllers' state. One vLLM engine per process serves
-every config (it is started once, after the process group exists).
+``rollout/entropy``, old log-probs and the controllers' state. One engine per process and model serves
+every config of that model (it is started once, after the process group exists); configs may name
+different ``model.name_or_path``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ def full_params(module) -> dict[str, torch.Tensor]:
 def main(out: Path, common: list[str], configs: dict[str, list[str]]) -> None:
     engines: dict[str, object] = {}
 
-    def shared_engine(factory):
+    def shared_engine(factory, key: str):
         def make(**kw):
-            key = "engine"
             if key not in engines:
                 engines[key] = factory(**kw)
             return engines[key]
@@ -44,7 +44,8 @@ def main(out: Path, common: list[str], configs: dict[str, list[str]]) -> None:
 
     for name, extra in configs.items():
         cfg = compose_train(common + extra + [f"paths.output_dir={out / name}"])
-        trainer, module, datamodule = build(cfg, engine=shared_engine(instantiate(cfg.rollout.engine)))
+        trainer, module, datamodule = build(cfg, engine=shared_engine(instantiate(cfg.rollout.engine),
+                                                                       str(cfg.model.get("name_or_path"))))
         trainer.fit(module, datamodule=datamodule)
         datamodule.teardown("fit")
         batch = module.rollout

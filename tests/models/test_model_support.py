@@ -130,6 +130,33 @@ def test_checkpoint_names_are_the_saved_files_names(tmp_path):
     assert "lm_head.weight" in dict(ms.checkpoint_items(gemma, state))  # engine unknown: keep it
 
 
+def test_dropout_is_switched_off_without_drawing_random_numbers():
+    model = tiny_model("gpt2")  # GPT2Config, like GPT-2 checkpoints, drops 0.1 of attention, residuals, embeddings
+    ids = torch.randint(3, 96, (2, 9))
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits  # eval mode
+        model.train()
+        assert not torch.equal(model(input_ids=ids).logits, reference)
+        assert ms.disable_dropout(model) == [0.1]
+        state = torch.random.get_rng_state()
+        assert torch.equal(model(input_ids=ids).logits, reference)
+        assert torch.equal(torch.random.get_rng_state(), state)
+    assert model.config.attn_pdrop == model.config.resid_pdrop == model.config.embd_pdrop == 0.0
+    assert ms.disable_dropout(tiny_model("llama")) == []
+
+
+def test_hf_policy_loads_gpt2_without_dropout(tmp_path, caplog):
+    from lit_entropy.models import HFPolicy
+    from lit_entropy.tokenizer import CharTokenizer
+
+    save_tiny("gpt2", tmp_path)
+    CharTokenizer.for_countdown().to_hf().save_pretrained(str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="lit_entropy.models"):
+        model = HFPolicy(name_or_path=str(tmp_path)).build().model
+    assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert any("dropout: off (the checkpoint's [0.1])" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fsdp2_finds_every_familys_decoder_layers(family):
     model = tiny_model(family)
