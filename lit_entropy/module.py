@@ -56,13 +56,16 @@ class PolicyModule(pl.LightningModule):
         max_logp_mismatch_mean: float | None = 1.0,
         share_prompts: bool = True,
         topk_mass: int = 3,
+        top_p: float = 1.0,
+        top_k: int | None = 0,
     ) -> None:
         """``uniform_entropy_tol``: stop the run when ``rollout/entropy`` is within this of log(vocabulary)
         — a policy collapsed to uniform (e.g. a far too large learning rate) produces no NaN, only noise.
         ``max_logp_mismatch_mean``: stop when the sampler's and the trainer's log-probs differ by more than
         this on average (nats) — the engine is not sampling from the trained weights. None turns either off.
         ``share_prompts``: run each group's prompt once and its completions on the prompt's cached keys and
-        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole.
+        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole. ``top_p``, ``top_k``: the
+        sampler's truncation (the ``rollout`` group's), replayed by every pass (:mod:`lit_entropy.replay`).
         ``topk_mass``: K of ``diag/top1_mass`` / ``diag/topk_mass``, the policy's mean top-1 and top-K
         probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on)."""
         super().__init__()
@@ -80,6 +83,7 @@ class PolicyModule(pl.LightningModule):
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
         self.share_prompts = share_prompts
         self.topk_mass = self.algo.simko.k if self.algo.simko is not None else topk_mass
+        self.top_p, self.top_k = top_p, top_k
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them): eps_low, eps_high and each
         # registered loss term's coefficient (entropy_coef, kl_coef, pic_alpha, ...).
@@ -107,7 +111,7 @@ class PolicyModule(pl.LightningModule):
 
     def _forward(self, topk: int = 0) -> passes.Forward:
         return passes.Forward(self.model, self.batch_cfg.micro_batch_size, self.temperature, self.logit_chunk_size,
-                              self._precision_context, self.device, topk)
+                              self._precision_context, self.device, self.top_p, self.top_k, topk)
 
     def token_stats(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True,
@@ -135,7 +139,8 @@ class PolicyModule(pl.LightningModule):
         t0 = time.perf_counter()
         scores = self.want_scores or needs_scores(self.algo)
         rows = self.row_passes(batch.tensor_fields(), topk=self.topk_mass)
-        out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores)
+        full = rows.fwd.replays  # truncated sampling: also the untruncated entropy, as rollout/entropy_full
+        out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores, with_full_entropy=full)
         batch.old_logp, batch.entropy = out[0], out[1]
         if scores:
             batch.disc_s, batch.disc_n = out[2], out[3]
@@ -173,6 +178,8 @@ class PolicyModule(pl.LightningModule):
                 "time/prepare": time.perf_counter() - t0,
             }
         )
+        if full:
+            batch.metrics["rollout/entropy_full"] = float(masked_mean(out[2 + 2 * scores], resp))
         self._check_divergence(batch.metrics)
 
     def _check_divergence(self, metrics: dict[str, float]) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_entropy import model_support, prefix
+from lit_entropy import model_support, prefix, replay
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.diagnostics.topk import topk_logprobs
@@ -57,28 +57,48 @@ class Forward:
     precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     """The trainer's precision context (autocast for bf16/fp16), entered by the passes without gradient."""
     device: torch.device | str = "cpu"
+    top_p: float = 1.0
+    """The sampler's nucleus; < 1 replays its truncation (:mod:`lit_entropy.replay`)."""
+    top_k: int | None = 0
+    """The sampler's top-k; > 0 replays its truncation."""
     topk: int = 0
     """When > 0, every pass also returns the top-``topk`` candidates' log-probs (one [B, L] tensor per rank,
-    with gradient in the update) and whether the target is the top-1 (a 0/1 [B, L] tensor), after the others."""
+    with gradient in the update) and whether the target is the top-1 (a 0/1 [B, L] tensor), after the others
+    (after the full entropy too, when that is asked for)."""
+
+    @property
+    def replays(self) -> bool:
+        """Whether the sampler truncates, so every pass scores the renormalised kept set."""
+        return replay.active(self.top_p, self.top_k)
 
     def stats(self, shifted: Tensor, targets: Tensor, place: Callable[[Tensor], Tensor], with_entropy: bool = True,
-              with_scores: bool = False) -> tuple[Tensor | None, ...]:
-        """fp32 ``(logp, entropy[, S, N][, top-K log-probs..., is_top1])`` of shifted logits, each ``place``d
-        (entropy None without it)."""
-        chunk = self.logit_chunk_size
+              with_scores: bool = False, kept: Tensor | None = None,
+              with_full_entropy: bool = False) -> tuple[Tensor | None, ...]:
+        """fp32 ``(logp, entropy[, S, N][, full entropy][, top-K log-probs..., is_top1])`` of shifted logits, each ``place``d (entropy None
+        without it). With top-p / top-k sampling all of them are those of the sampler's truncated distribution
+        (``kept``: its kept-set size per target, 0 where unknown); ``with_full_entropy`` adds the entropy of the
+        untruncated softmax."""
+        chunk, full = self.logit_chunk_size, shifted
+        if self.replays:
+            shifted = replay.truncate_logits(shifted, targets, self.temperature, self.top_p, self.top_k, kept, chunk)
         logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
                                                with_entropy=with_entropy)
         out = [logp, ent]
         if with_scores:
             out += token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
+        if with_full_entropy:
+            out.append(ent if full is shifted else token_logprobs_and_entropy(
+                full.detach(), targets, temperature=self.temperature, chunk_size=chunk)[1])
         if self.topk > 0:
             top, is_top1 = topk_logprobs(shifted, targets, self.topk, temperature=self.temperature, chunk_size=chunk)
             out += [*top.unbind(-1), is_top1.float()]
         return tuple(place(v) if v is not None else None for v in out)
 
     def token_stats(self, model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, with_entropy: bool = True,
-                    with_scores: bool = False) -> tuple[Tensor | None, ...]:
-        """Per-token log-prob and full-vocabulary entropy (and S, N scores) of whole rows, aligned with ``input_ids``."""
+                    with_scores: bool = False, kept: Tensor | None = None,
+                    with_full_entropy: bool = False) -> tuple[Tensor | None, ...]:
+        """Per-token log-prob and entropy (and S, N scores) of whole rows, aligned with ``input_ids``: over the full
+        vocabulary, or the sampler's kept set with top-p / top-k (``kept``: its size, aligned with ``input_ids``)."""
         # Right-padded rows need no attention mask: causal attention already keeps every real token from
         # seeing the padding after it, and without a mask the attention kernel runs its causal fast path
         # (a third less forward time on the lab). Outputs at padding positions are never used.
@@ -86,15 +106,20 @@ class Forward:
         mask = None if right_padded else attention_mask.long()
         logits = model(input_ids=input_ids, attention_mask=mask).logits
         shifted, targets = shift_for_causal_lm(logits, input_ids)
-        return self.stats(shifted, targets, align_to_input, with_entropy, with_scores)
+        kept = kept[:, 1:] if kept is not None else None
+        return self.stats(shifted, targets, align_to_input, with_entropy, with_scores, kept, with_full_entropy)
 
     def response_stats(self, model: torch.nn.Module, cache: prefix.PromptCache, layout: prefix.PromptLayout,
                        input_ids: Tensor, rows: Tensor, response_width: int, width: int, with_entropy: bool = True,
-                       with_scores: bool = False) -> tuple[Tensor | None, ...]:
-        """:meth:`token_stats` of ``rows`` run on their prompts' ``cache``, [len(rows), width], zero off the response."""
+                       with_scores: bool = False, kept: Tensor | None = None,
+                       with_full_entropy: bool = False) -> tuple[Tensor | None, ...]:
+        """:meth:`token_stats` of ``rows`` run on their prompts' ``cache``, [len(rows), width], zero off the response
+        (``kept``: [B, L] aligned with ``input_ids``, as there)."""
         shifted, targets = prefix.response_logits(model, cache, input_ids, layout, rows, response_width)
+        if kept is not None:
+            kept = prefix.response_values(kept, layout, rows, response_width)
         return self.stats(shifted, targets, lambda v: prefix.to_rows(v, layout, rows, width), with_entropy,
-                          with_scores)
+                          with_scores, kept, with_full_entropy)
 
 
 @dataclass
@@ -144,19 +169,20 @@ class RowPasses(abc.ABC):
 
     @abc.abstractmethod
     def _eval_micro_batches(self, model: torch.nn.Module, with_entropy: bool,
-                            with_scores: bool) -> Iterator[tuple[Tensor, bool, tuple[Tensor | None, ...]]]:
+                            with_scores: bool, with_full_entropy: bool = False
+                            ) -> Iterator[tuple[Tensor, bool, tuple[Tensor | None, ...]]]:
         """``(rows, padding, stats)`` of this rank's micro-batches in eval mode, without gradient."""
 
     @torch.no_grad()
     def no_grad(self, model: torch.nn.Module | None = None, with_entropy: bool = True,
-                with_scores: bool = False) -> list[Tensor]:
-        """``[logp, entropy, S, N]`` (those asked for) of every row, by ``model`` (the policy by default) in eval
-        mode: full-shape CPU tensors, zero beyond what was computed, the same on every rank."""
+                with_scores: bool = False, with_full_entropy: bool = False) -> list[Tensor]:
+        """``[logp, entropy, S, N, full entropy]`` (those asked for) of every row, by ``model`` (the policy by
+        default) in eval mode: full-shape CPU tensors, zero beyond what was computed, the same on every rank."""
         model = model or self.fwd.model
         was_training = model.training
         model.eval()
         parts: list[tuple[Tensor, list[Tensor]]] = []
-        for rows, padding, out in self._eval_micro_batches(model, with_entropy, with_scores):
+        for rows, padding, out in self._eval_micro_batches(model, with_entropy, with_scores, with_full_entropy):
             if not padding:
                 parts.append((rows.cpu(), [o.cpu() for o in out if o is not None]))
         model.train(was_training)
@@ -169,18 +195,22 @@ class WholeRows(RowPasses):
     def micro_batches(self) -> Iterator[MicroBatch]:
         for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
             mb = dist.take_rows(self.fields, rows, width)
-            logp, ent, *top = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"])
+            logp, ent, *top = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"],
+                                                   with_entropy=True, kept=mb.get("sampler_kept"))
             yield MicroBatch(rows, padding, mb, logp, ent, tuple(top))
 
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
         """Nothing: each micro-batch's backward went all the way."""
 
-    def _eval_micro_batches(self, model, with_entropy, with_scores):
+    def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False):
         attention_mask, device = self.fields["attention_mask"], self.fwd.device
+        kept = self.fields.get("sampler_kept")
         for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
             with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
                 out = self.fwd.token_stats(model, self.input_ids[rows, :width].to(device),
-                                           attention_mask[rows, :width].to(device), with_entropy, with_scores)
+                                           attention_mask[rows, :width].to(device), with_entropy, with_scores,
+                                           kept[rows, :width].to(device) if kept is not None else None,
+                                           with_full_entropy)
             yield rows, padding, out
 
 
@@ -218,7 +248,8 @@ class SharedPrompts(RowPasses):
             rows = rows.to(self.fwd.device)
             full = int(self.lengths[rows].max())
             mb = dist.take_rows(self.fields, rows, full)
-            logp, ent, *top = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full)
+            logp, ent, *top = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full,
+                                                      kept=self.fields.get("sampler_kept"))
             yield MicroBatch(rows, padding, mb, logp, ent, tuple(top))
 
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
@@ -233,9 +264,11 @@ class SharedPrompts(RowPasses):
             if surrogate.requires_grad:
                 backward(surrogate)
 
-    def _eval_micro_batches(self, model, with_entropy, with_scores):
+    def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False):
         device, step = self.fwd.device, self.fwd.micro_batch_size
         ids = self.input_ids.to(device)
+        kept = self.fields.get("sampler_kept")
+        kept = kept.to(device) if kept is not None else None
         layout = prefix.PromptLayout(*(t.to(device) for t in vars(self.layout).values()))
         total = layout.prompt_len + layout.response_len
         prompts = torch.arange(layout.num_prompts, device=device)
@@ -245,7 +278,7 @@ class SharedPrompts(RowPasses):
             with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
                 rows = rows.to(device)
                 out = self.fwd.response_stats(model, cache, layout, ids, rows, width, int(total[rows].max()),
-                                              with_entropy, with_scores)
+                                              with_entropy, with_scores, kept, with_full_entropy)
             yield rows, padding, out
 
 

@@ -223,6 +223,14 @@ def response_logits(model: torch.nn.Module, cache: PromptCache, input_ids: Tenso
     return shifted, targets
 
 
+def response_values(values: Tensor, layout: PromptLayout, rows: Tensor, width: int) -> Tensor:
+    """Input-aligned ``values`` [B, L] of ``rows`` at their response columns, [m, width] (0 past a response)."""
+    plen, rlen = layout.prompt_len[rows], layout.response_len[rows]
+    cols = torch.arange(width, device=values.device)[None]
+    out = values[rows].gather(1, (plen[:, None] + cols).clamp(max=values.shape[1] - 1))
+    return torch.where(cols < rlen[:, None], out, 0)
+
+
 def to_rows(values: Tensor, layout: PromptLayout, rows: Tensor, width: int) -> Tensor:
     """Response-aligned ``values`` [m, C] to input-aligned [m, width], zero off the response (differentiable)."""
     m, c = values.shape

@@ -79,7 +79,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.start(policy)
         metrics = {"time/generate": 0.0, "time/score": 0.0}
         t0 = time.perf_counter()
-        self.sampler.sync(policy.model)  # 1. the engine samples from the weights being trained
+        self.sampler.sync(policy.model, iteration)  # 1. the engine samples from the weights being trained
         metrics["time/sync"] = time.perf_counter() - t0
         batch = self.sample_batch(policy.tokenizer, iteration, metrics)  # 2. G scored completions per prompt
         policy.prepare_rollout(batch)  # 3. pre-update pass (old log-probs, entropy) and advantages
@@ -224,10 +224,15 @@ def build_batch(
     sampler_logp = torch.tensor([[0.0] * s + (lp or [0.0] * (len(r) - s)) + [0.0] * (width - len(r))
                                  for r, s, lp in zip(rows, resp_starts, lps, strict=True)], dtype=torch.float32)
     group_index = torch.arange(len(prompt_ids)).repeat_interleave(group_size)
+    flat = [g for per_prompt in gens for g in per_prompt]
+    kept = None
+    if flat and all(g.kept is not None for g in flat):  # the engine reported its top-p / top-k kept sets
+        kept = torch.tensor([[0] * s + g.kept + [0] * (width - s - len(g.kept))
+                             for s, g in zip(resp_starts, flat, strict=True)], dtype=torch.long)
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attention, response_mask=response,
         rewards=torch.tensor(rewards, dtype=torch.float32), group_index=group_index, group_size=group_size,
-        sampler_logp=sampler_logp,
+        sampler_logp=sampler_logp, sampler_kept=kept,
     )
 
 

@@ -16,12 +16,20 @@ class SamplingConfig:
     temperature: float = 1.0
     """Rollout temperature; the trainer's log-probs and entropy use the same one."""
     top_p: float = 1.0
-    """Nucleus sampling (1.0 = off). Anything but 1.0 makes sampler and trainer log-probs differ."""
+    """Nucleus sampling (1.0 = off). The trainer renormalises over the same kept set (:mod:`lit_entropy.replay`)."""
+    top_k: int | None = 0
+    """Top-k sampling (0 or None = off), applied before top-p and replayed by the trainer likewise."""
     max_new_tokens: int = 16
     """Completion length cap; rows that hit it count in ``rollout/truncated_frac``."""
     stop: Sequence[str] = ()
     """Strings that end a completion (EOS always does); applied after sampling, for every engine
     (:func:`truncate_at_stop`)."""
+    sync_every: int = 1
+    """Mismatch testbed: the engine loads the trainer's weights every ``sync_every`` iterations only (1 = every
+    iteration), so it samples from a policy up to ``sync_every - 1`` updates old."""
+    temperature_error: float = 0.0
+    """Mismatch testbed: the engine samples at ``temperature + temperature_error``; the trainer scores at
+    ``temperature``."""
 
     def __post_init__(self) -> None:
         self.stop = tuple(str(s) for s in (self.stop or ()))
@@ -29,10 +37,23 @@ class SamplingConfig:
             raise ValueError(f"rollout.temperature={self.temperature} must be > 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"rollout.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 0):
+            raise ValueError(f"rollout.top_k={self.top_k!r} must be an integer >= 0 (0 = off)")
+        if isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int) or self.sync_every < 1:
+            raise ValueError(f"rollout.sync_every={self.sync_every!r} must be an integer >= 1")
+        if not self.engine_temperature > 0:
+            raise ValueError(f"rollout.temperature + rollout.temperature_error = {self.engine_temperature} "
+                             "must be > 0")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens={self.max_new_tokens} must be >= 1")
         if any(not s for s in self.stop):
             raise ValueError("rollout.stop: empty stop strings")
+
+    @property
+    def engine_temperature(self) -> float:
+        """The temperature the engine samples at (the trainer's, unless the testbed's error is set)."""
+        return self.temperature + self.temperature_error if self.temperature_error else self.temperature
 
 
 @dataclass
@@ -42,9 +63,12 @@ class Generation:
     token_ids: list[int]
     """Completion tokens (EOS included when sampled)."""
     logprobs: list[float]
-    """The sampler's log-prob of each completion token, at the sampling temperature."""
+    """The sampler's log-prob of each completion token in the distribution it sampled: at the sampling
+    temperature, renormalised over the kept set with top-p / top-k."""
     truncated: bool
     """True when the completion stopped at ``max_new_tokens`` instead of EOS."""
+    kept: list[int] | None = None
+    """With top-p / top-k: how many tokens the sampler's truncation kept at each step (engines that know it)."""
 
 
 class RolloutEngine(ABC):
@@ -85,4 +109,5 @@ def truncate_at_stop(gen: Generation, decode: Callable[[list[int]], str], stops:
             hi = mid
         else:
             lo = mid + 1
-    return Generation(token_ids=gen.token_ids[:lo], logprobs=gen.logprobs[:lo], truncated=False)
+    return Generation(token_ids=gen.token_ids[:lo], logprobs=gen.logprobs[:lo], truncated=False,
+                      kept=gen.kept[:lo] if gen.kept is not None else None)

@@ -1,18 +1,22 @@
 """Hugging Face ``generate`` as the rollout engine: needs nothing but transformers.
 
 It samples from the trainer's own module (no copy, so weight sync is free) in chunks of prompts, and
-reports the sampler's log-probs at the sampling temperature from the generation scores.
+reports the sampler's log-probs from the generation scores: the processed ones, after temperature, top-k and
+top-p, renormalised over the kept tokens (as vLLM's ``processed_logprobs``), with the kept-set size per token
+when the sampling truncates (:mod:`lit_entropy.replay`).
 
 Chunks sit at multiples of ``prompts_per_chunk`` in the iteration's global prompt order and each is
 seeded by ``(seed, chunk index)``, so when every rank's block of prompts is a multiple of
 ``prompts_per_chunk`` W ranks sample exactly what one rank samples (``generate`` draws for the whole
 chunk at once, so a chunk cut differently samples differently). Under FSDP2 the live module is sharded
 and its forward is a collective that ranks generating different prompts cannot share: the engine then
-keeps a full, unsharded copy of the weights, refreshed at every sync.
+keeps a full, unsharded copy of the weights, refreshed at every sync; so does ``copy_weights`` (the testbed's
+``rollout.sync_every > 1``: the copy lags the trainer between syncs).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 
 import torch
@@ -24,25 +28,34 @@ from lit_entropy.utils import dist
 
 class HFEngine(RolloutEngine):
     def __init__(self, model_path: str, eos_id: int, pad_id: int, prompts_per_chunk: int = 64,
-                 share_prefill: bool = True, **_: object) -> None:
+                 share_prefill: bool = True, copy_weights: bool = False, **_: object) -> None:
         """``share_prefill``: run each prompt's prefill once and copy its cache to its ``n`` samples (HF models
-        whose forward takes a cache, on chunks no longer than any layer's attention window; others prefill every row)."""
+        whose forward takes a cache, on chunks no longer than any layer's attention window; others prefill every row).
+        ``copy_weights``: sample from a copy of the weights taken at each sync instead of the live module."""
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.prompts_per_chunk = prompts_per_chunk
         self.share_prefill = share_prefill
+        self.copy_weights = copy_weights
         self.model: torch.nn.Module | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        if not any(dist.is_dtensor(p) for p in model.parameters()):
+        sharded = any(dist.is_dtensor(p) for p in model.parameters())
+        if not sharded and not self.copy_weights:
             self.model = model  # generates with the live module
+            return
+        if not sharded:
+            if self.model is None or self.model is model:
+                self.model = copy.deepcopy(model)
+            else:
+                self.model.load_state_dict(model.state_dict())
             return
         state = dict(dist.full_state_items(model))  # collective: every rank syncs at the same time
         if self.model is None or self.model is model:
             from transformers import AutoModelForCausalLM
 
-            copy = AutoModelForCausalLM.from_config(model.config)
-            self.model = copy.to(device=next(iter(state.values())).device, dtype=next(iter(state.values())).dtype)
+            replica = AutoModelForCausalLM.from_config(model.config)
+            self.model = replica.to(device=next(iter(state.values())).device, dtype=next(iter(state.values())).dtype)
         self.model.load_state_dict(state)
 
     @torch.no_grad()
@@ -85,9 +98,9 @@ class HFEngine(RolloutEngine):
                 input_ids=ids,
                 attention_mask=attn,
                 do_sample=True,
-                temperature=sampling.temperature,
+                temperature=sampling.engine_temperature,
                 top_p=sampling.top_p,
-                top_k=0,
+                top_k=sampling.top_k or 0,
                 max_new_tokens=sampling.max_new_tokens,
                 eos_token_id=self.eos_id,
                 pad_token_id=self.pad_id,
@@ -96,14 +109,18 @@ class HFEngine(RolloutEngine):
                 past_key_values=past,
             )
         new = out.sequences[:, width:]
-        # `scores` are the processed logits (after temperature / top-p): the sampling distribution.
+        # `scores` are the processed logits (after temperature / top-k / top-p, -inf outside the kept set): the
+        # sampling distribution, renormalised by the log-softmax.
         logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
         chosen = logp.gather(-1, new[:, :, None]).squeeze(-1)
+        truncating = sampling.top_p < 1 or bool(sampling.top_k)
+        kept = torch.stack([torch.isfinite(s).sum(-1) for s in out.scores], 1).tolist() if truncating else None
         gens = []
-        for toks, lps in zip(new.tolist(), chosen.tolist(), strict=True):  # two conversions, not two per row
+        for i, (toks, lps) in enumerate(zip(new.tolist(), chosen.tolist(), strict=True)):  # one conversion each
             length = toks.index(self.eos_id) + 1 if self.eos_id in toks else len(toks)
             gens.append(Generation(token_ids=toks[:length], logprobs=lps[:length],
-                                   truncated=self.eos_id not in toks[:length]))
+                                   truncated=self.eos_id not in toks[:length],
+                                   kept=kept[i][:length] if kept is not None else None))
         return [gens[k * n : (k + 1) * n] for k in range(len(chunk))]
 
     @staticmethod

@@ -71,6 +71,7 @@ class Sampler:
         self.engine: RolloutEngine | None = engine if isinstance(engine, RolloutEngine) else None
         self.runner: RewardRunner | None = None
         self.tokenizer: Any = None
+        self.synced = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(
@@ -94,6 +95,8 @@ class Sampler:
                                           max_model_len=max_len, world_size=world_size)
             if generation_batch is not None and accepts(self.engine_factory, "generation_batch"):
                 kwargs["generation_batch"] = generation_batch
+            if self.sampling.sync_every > 1 and accepts(self.engine_factory, "copy_weights"):
+                kwargs["copy_weights"] = True  # an engine sampling from the live module could not lag
             self.engine = self.engine_factory(**kwargs)
             self.check_dtype(precision)
 
@@ -105,9 +108,14 @@ class Sampler:
                         "sampler and trainer log-probs will disagree; set rollout.engine.dtype=%s or use the "
                         "precision/ group, which sets both", have, want, precision, want)
 
-    def sync(self, model: torch.nn.Module) -> None:
-        """Load the trainer's current weights into the engine."""
+    def sync(self, model: torch.nn.Module, iteration: int | None = None) -> None:
+        """Load the trainer's current weights into the engine; with ``rollout.sync_every = k > 1`` (the mismatch
+        testbed) only at iterations that are multiples of k, and at the first sync."""
+        k = self.sampling.sync_every
+        if k > 1 and iteration is not None and self.synced and iteration % k:
+            return
         self.engine.sync_weights(model)
+        self.synced = True
 
     def close_rewards(self) -> None:
         if self.runner is not None:

