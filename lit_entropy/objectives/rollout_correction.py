@@ -81,11 +81,13 @@ class CorrectionConfig:
             raise ValueError(f"correction.bypass=true uses the sampler's log-probs as old_logp, so every weight "
                              f"π_old/π_sampler is 1: drop correction.level={self.level!r}")
 
-    @property
-    def masks(self) -> bool:
-        """A rule that takes tokens or sequences out of the loss is on."""
-        return ((self.level is not None and self.mode == "mask") or self.reject is not None
-                or self.veto is not None or self.opsm_delta is not None)
+
+
+def masks(cfg: CorrectionConfig) -> bool:
+    """A rule that takes tokens or sequences out of the loss is on. (A function, not a property: Hydra hands
+    the module the config as a structured DictConfig, which has the fields but not the methods.)"""
+    return ((cfg.level is not None and cfg.mode == "mask") or cfg.reject is not None
+            or cfg.veto is not None or cfg.opsm_delta is not None)
 
 
 def check_with_algo(cfg: CorrectionConfig, algo: object) -> None:
@@ -155,4 +157,4 @@ def correct_rollout(cfg: CorrectionConfig, old_logp: Tensor, sampler_logp: Tenso
     })
     if weight is not None:
         metrics["rollout_corr/ess_applied"] = float(corr.effective_sample_size(weight, keep))
-    return Correction(weight=weight, keep=keep if cfg.masks else None, metrics=metrics)
+    return Correction(weight=weight, keep=keep if masks(cfg) else None, metrics=metrics)
