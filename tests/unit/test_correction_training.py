@@ -72,9 +72,22 @@ def take_steps(module: PolicyModule, batch: RolloutBatch) -> list[float]:
     return [float(module.training_step(mb, i)) for i, mb in enumerate(batch.minibatches(2, generator=gen))]
 
 
+PAIRS = [(a, CORRECTIONS[i % len(CORRECTIONS)]) for i, a in enumerate(ALGOS)]  # each preset of both groups
+
+
+@pytest.mark.parametrize(("algo", "correction"), PAIRS)
+def test_objective_presets_compose_with_corrections(algo, correction):
+    check_steps(algo, correction)
+
+
+@pytest.mark.slow  # the whole product: about 100 cases, minutes on a shared CPU
 @pytest.mark.parametrize("correction", CORRECTIONS)
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_objective_preset_composes_with_every_correction(algo, correction):
+    check_steps(algo, correction)
+
+
+def check_steps(algo: str, correction: str) -> None:
     module = make_module(preset("algo", algo), preset("correction", correction))
     before = [p.detach().clone() for p in module.parameters()]
     batch = make_rollout(module)
@@ -148,6 +161,6 @@ def test_bias_corrected_kl_changes_the_gradient_not_the_first_value():
         logp = mb["old_logp"].clone().requires_grad_(True)
         loss, _ = micro_batch_loss(module.algo, knobs, mb, sel, logp, None, kl_bias_correction=flag)
         loss.backward()
-        out.append((float(loss), logp.grad))
+        out.append((float(loss.detach()), logp.grad))
     assert out[0][0] == pytest.approx(out[1][0])  # π_θ = π_old: the ratio is 1
     assert not torch.allclose(out[0][1], out[1][1])  # but it carries a gradient
