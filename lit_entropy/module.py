@@ -38,6 +38,7 @@ from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.objectives.registry import initial_knobs, needs_current_logp, needs_scores
+from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout
 from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
 
@@ -58,6 +59,7 @@ class PolicyModule(pl.LightningModule):
         topk_mass: int = 3,
         top_p: float = 1.0,
         top_k: int | None = 0,
+        correction: CorrectionConfig | None = None,
     ) -> None:
         """``uniform_entropy_tol``: stop the run when ``rollout/entropy`` is within this of log(vocabulary)
         — a policy collapsed to uniform (e.g. a far too large learning rate) produces no NaN, only noise.
@@ -67,7 +69,8 @@ class PolicyModule(pl.LightningModule):
         values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole. ``top_p``, ``top_k``: the
         sampler's truncation (the ``rollout`` group's), replayed by every pass (:mod:`lit_entropy.replay`).
         ``topk_mass``: K of ``diag/top1_mass`` / ``diag/topk_mass``, the policy's mean top-1 and top-K
-        probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on)."""
+        probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on).
+        ``correction``: the sampler/trainer mismatch correction (the ``correction`` group, docs/correction.md)."""
         super().__init__()
         self.model = policy.model
         self.model.train()  # from_pretrained hands it over in eval mode
@@ -84,6 +87,7 @@ class PolicyModule(pl.LightningModule):
         self.share_prompts = share_prompts
         self.topk_mass = self.algo.simko.k if self.algo.simko is not None else topk_mass
         self.top_p, self.top_k = top_p, top_k
+        self.correction = correction or CorrectionConfig()
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them): eps_low, eps_high and each
         # registered loss term's coefficient (entropy_coef, kl_coef, pic_alpha, ...).
@@ -180,7 +184,21 @@ class PolicyModule(pl.LightningModule):
         )
         if full:
             batch.metrics["rollout/entropy_full"] = float(masked_mean(out[2 + 2 * scores], resp))
+        self._correct(batch)
         self._check_divergence(batch.metrics)
+
+    def _correct(self, batch: RolloutBatch) -> None:
+        """The mismatch correction's weights and kept tokens, bypass, the overlong filter, ``rollout_corr/*``."""
+        cor = correct_rollout(self.correction, batch.old_logp, batch.sampler_logp, batch.response_mask,
+                              batch.advantages)
+        batch.is_weight, batch.loss_mask = cor.weight, cor.keep
+        batch.metrics.update(cor.metrics)
+        if self.correction.bypass:  # the PPO ratio becomes pi_theta / pi_sampler
+            batch.old_logp = torch.where(batch.response_mask, batch.sampler_logp, batch.old_logp)
+        if self.batch_cfg.mask_truncated_completions and batch.truncated is not None:
+            keep = batch.response_mask if batch.loss_mask is None else batch.loss_mask
+            batch.loss_mask = keep & ~batch.truncated[:, None]
+            batch.metrics["rollout/masked_truncated"] = float(batch.truncated.sum())
 
     def _check_divergence(self, metrics: dict[str, float]) -> None:
         """Stop with the cause named when the run has diverged without producing a NaN."""
@@ -220,7 +238,7 @@ class PolicyModule(pl.LightningModule):
         for mb in rows.micro_batches():  # this rank's share; padding ones keep the collectives in step
             ent = mb.ent if knobs.entropy_coef > 0 else mb.ent.detach()
             loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent,
-                                           mb.topk)
+                                           mb.topk, kl_bias_correction=self.correction.bias_corrected_kl)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.

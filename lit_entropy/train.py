@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
+from lit_entropy.objectives.rollout_correction import check_with_algo
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
 
@@ -107,7 +108,10 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     # Everything cheap first, so a bad value fails before the warm start or the engine start.
     spec = instantiate(cfg.model)
     algo, optim, batch = instantiate(cfg.algo), instantiate(cfg.optim), instantiate(cfg.batch)
+    correction = instantiate(cfg.correction) if "correction" in cfg else None
     check_batch_and_algo(batch, algo)
+    if correction is not None:
+        check_with_algo(correction, algo)
     sampler = build_sampler(cfg, engine)
     datamodule = instantiate(cfg.data, _partial_=True)(sampler=sampler, batch=batch)
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
@@ -115,7 +119,8 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     check_knob_owners(callbacks, algo)
-    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, _recursive_=False)
+    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
+                         _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:

@@ -30,6 +30,9 @@ class BatchConfig:
     """DAPO: drop groups whose rewards are all equal and draw more prompts to refill the batch."""
     max_sampling_rounds: int = 3
     """With dynamic sampling: extra generation rounds at most per iteration."""
+    mask_truncated_completions: bool = False
+    """Overlong filtering (DAPO): completions that hit ``rollout.max_new_tokens`` without a stop contribute no
+    loss (they still count in their group's baseline); ``rollout/masked_truncated`` counts them."""
 
     def __post_init__(self) -> None:
         for name in ("prompts_per_iter", "num_minibatches", "ppo_epochs", "micro_batch_size"):
@@ -79,6 +82,14 @@ class RolloutBatch:
     """[B] fp32 per-row loss weight set by a rollout hook (Entrocraft's G/|S_x|); None = all 1."""
     keep: torch.Tensor | None = None
     """[B] bool; rows a rollout hook rejected are False and leave the loss."""
+    truncated: torch.Tensor | None = None
+    """[B] bool; True where the completion hit ``max_new_tokens`` without a stop (None: not known)."""
+    loss_mask: torch.Tensor | None = None
+    """[B, L] bool response tokens that may enter the loss (set by the mismatch correction and the overlong
+    filter); None = every response token."""
+    is_weight: torch.Tensor | None = None
+    """[B, L] fp32 detached importance weight π_old/π_sampler (truncated or masked) the surrogate is multiplied
+    by (:mod:`lit_entropy.objectives.correction`); None = 1."""
     prompts: list[str] = field(default_factory=list)
     """Prompt text per row (for logging)."""
     completions: list[str] = field(default_factory=list)

@@ -205,7 +205,7 @@ def build_batch(
     prompt_ids: list[list[int]], gens: list[list[Generation]], rewards: list[float], group_size: int, pad_id: int
 ) -> RolloutBatch:
     """Right-padded [B, L] tensors from per-prompt generations (rows of a group are contiguous)."""
-    rows, resp_starts, lps = [], [], []
+    rows, resp_starts, lps, truncated = [], [], [], []
     for p, per_prompt in zip(prompt_ids, gens, strict=True):
         if len(per_prompt) != group_size:
             raise RuntimeError(f"engine returned {len(per_prompt)} completions for a prompt, expected {group_size}")
@@ -213,6 +213,7 @@ def build_batch(
             rows.append(p + g.token_ids)
             resp_starts.append(len(p))
             lps.append(g.logprobs)
+            truncated.append(bool(g.truncated))
     width = max(len(r) for r in rows)
     # Padded Python lists, then one tensor each (a tensor per row is most of the cost at 1,024 rows).
     input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
@@ -232,7 +233,7 @@ def build_batch(
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attention, response_mask=response,
         rewards=torch.tensor(rewards, dtype=torch.float32), group_index=group_index, group_size=group_size,
-        sampler_logp=sampler_logp, sampler_kept=kept,
+        sampler_logp=sampler_logp, sampler_kept=kept, truncated=torch.tensor(truncated, dtype=torch.bool),
     )
 
 

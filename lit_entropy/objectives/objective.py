@@ -110,6 +110,8 @@ def select_tokens(
     """Apply ``algo.selection`` to the whole minibatch ``mb``, compute the global counts and what the active
     loss terms prepare over the whole minibatch."""
     mask = mb["response_mask"].bool()
+    if "loss_mask" in mb:  # the mismatch correction's and the overlong filter's kept tokens
+        mask = mask & mb["loss_mask"].bool()
     sel = TokenSelection(loss_mask=mask)
     if algo.selection is not None:
         rule = registry.SELECTION_RULES[algo.selection]
@@ -157,11 +159,15 @@ def micro_batch_loss(
     logp: Tensor,
     entropy: Tensor | None,
     topk: tuple[Tensor, Tensor] | None = None,
+    kl_bias_correction: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss of one micro-batch (rows of ``mb`` and ``sel`` already sliced) and token-sum statistics.
 
     ``topk`` is the micro-batch's (top-K log-probs [B, L, K] with gradient, target is top-1 [B, L]), which
-    SimKO needs (:attr:`lit_entropy.passes.MicroBatch.topk`)."""
+    SimKO needs (:attr:`lit_entropy.passes.MicroBatch.topk`). ``mb["is_weight"]`` (when present) multiplies
+    the per-token surrogate: the detached mismatch weight π_old/π_sampler
+    (:mod:`lit_entropy.objectives.correction`). ``kl_bias_correction``: the KL penalty's per-token estimate is
+    multiplied by π_θ/π_old (TRL ``use_bias_correction_kl``)."""
     mask = sel.loss_mask
     adv, old = mb["token_advantages"], mb["old_logp"]
     logp_pg = logp  # what the surrogate sees: SimKO mixes the top-K candidates into it
@@ -194,9 +200,11 @@ def micro_batch_loss(
         loss_tok = torch.where(sel.detach, torch.zeros((), device=loss_tok.device), loss_tok)
     if "row_weight" in mb:  # a rollout hook's reweighting (Entrocraft's per-prompt 1/|S_x|)
         loss_tok = loss_tok * mb["row_weight"][:, None]
+    if "is_weight" in mb:  # the sampler/trainer mismatch correction (detached)
+        loss_tok = loss_tok * mb["is_weight"]
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
     loss = pg_loss
-    inputs = TermInputs(algo, mb, mask, logp, entropy, counts, sel.prepared)
+    inputs = TermInputs(algo, mb, mask, logp, entropy, counts, sel.prepared, kl_bias_correction)
     for term in registry.active_terms(knobs):
         missing = [registry.TERM_NEEDS[need] for need in term.needs if not inputs.has(need)]
         if missing:

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from lit_entropy.objectives import selection
+from lit_entropy.objectives.correction import kl_bias_correction_ratio
 from lit_entropy.objectives.entropic import entropic_term, high_prob_tokens
 from lit_entropy.objectives.kl import KL_KINDS, kl_estimate
 from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
@@ -147,6 +148,8 @@ class TermInputs:
     """The minibatch-global ``num_tokens``, ``num_seqs`` and ``norm_constant`` of the aggregation."""
     prepared: dict[str, Tensor] = field(default_factory=dict)
     """What the active terms' ``prepare`` computed over the whole minibatch, these rows."""
+    kl_bias_correction: bool = False
+    """The KL penalty's per-token estimate is multiplied by π_θ/π_old (``correction.bias_corrected_kl``)."""
 
     def aggregate(self, values: Tensor) -> Tensor:
         """``values`` [B, L] aggregated like the policy loss (same mode, same global counts)."""
@@ -207,12 +210,16 @@ def _entropy_bonus(t: TermInputs, coef: Any) -> Tensor:
 
 def _kl_penalty(t: TermInputs, coef: Any) -> Tensor:
     """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``). With Archer the
-    high-entropy tokens get the weight ``algo.archer.kl_high`` instead of ``coef``."""
+    high-entropy tokens get the weight ``algo.archer.kl_high`` instead of ``coef``; with ``kl_bias_correction``
+    each token's estimate is multiplied by π_θ/π_old, with its gradient (TRL, DeepSeek-V3.2)."""
+    kl = t.kl_tokens
+    if t.kl_bias_correction:
+        kl = kl * kl_bias_correction_ratio(t.logp, t.mb["old_logp"], t.mask)
     high = t.prepared.get("archer_high")
     if high is None:
-        return coef * t.aggregate(t.kl_tokens)
+        return coef * t.aggregate(kl)
     weight = torch.where(high, float(t.algo.archer.kl_high), float(coef))
-    return t.aggregate(weight * t.kl_tokens)
+    return t.aggregate(weight * kl)
 
 
 LOSS_TERMS: dict[str, LossTerm] = {term.name: term for term in (  # added to the loss in this order

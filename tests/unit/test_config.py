@@ -22,7 +22,7 @@ def options(group: str) -> list[str]:
 
 def test_default_composition_has_every_group():
     cfg = compose_train(OUT)
-    for key in ("model", "data", "rollout", "reward", "batch", "algo", "optim", "module", "callbacks", "trainer",
+    for key in ("model", "data", "rollout", "reward", "batch", "algo", "correction", "optim", "module", "callbacks", "trainer",
                 "logger", "paths"):
         assert key in cfg, key
     assert cfg.callbacks.entropy._target_.endswith("EntrocraftCallback")
@@ -31,7 +31,7 @@ def test_default_composition_has_every_group():
     assert cfg.trainer.precision == "32-true" and cfg.rollout.engine.dtype == "float32"
 
 
-@pytest.mark.parametrize("group", ["algo", "optim", "rollout", "reward", "batch", "data", "model", "module", "precision",
+@pytest.mark.parametrize("group", ["algo", "correction", "optim", "rollout", "reward", "batch", "data", "model", "module", "precision",
                                    "trainer", "logger", "debug", "experiment", "callbacks/entropy",
                                    "callbacks/diagnostics", "callbacks/eval", "callbacks/law"])
 def test_every_option_composes(group):
