@@ -1,7 +1,8 @@
 """Run a method study on the lab and write its table and figure.
 
     python scripts/study.py --algos grpo,dapo,clip_cov --controllers none,entrocraft_hard \
-        [--seeds 0,1,2] [--iterations 40] [--out logs/method_study] [-- extra Hydra overrides]
+        [--seeds 0,1,2] [--iterations 40] [--out logs/method_study] [--variant NAME:OVERRIDES ...]
+        [-- extra Hydra overrides]
 
 Runs every algo x controller x seed with ``scripts/train.py`` (one after another; a finished run is not
 run again, so an interrupted study resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
@@ -33,11 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--eval-problems", type=int, default=64)
     ap.add_argument("--out", type=Path, default=Path("logs/method_study"))
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:OVERRIDES",
+                    help="a named set of space-separated overrides, a third axis (repeatable), e.g. "
+                         "'bf16:rollout.engine.dtype=bfloat16 correction=tis'")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
     plan = StudyPlan(algos=args.algos.split(","), controllers=args.controllers.split(","),
                      seeds=[int(s) for s in args.seeds.split(",")], iterations=args.iterations,
-                     eval_problems=args.eval_problems, overrides=overrides)
+                     eval_problems=args.eval_problems, overrides=overrides,
+                     variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)})
     if not args.summarise_only:
         run_study(plan, args.out, ROOT / "scripts" / "train.py")
     table, _ = summarise(plan, args.out)

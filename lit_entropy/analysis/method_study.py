@@ -1,6 +1,7 @@
 """A method study on the lab: objective presets × entropy controllers × seeds, one table and one figure.
 
-Each *cell* is one ``(algo, controller)`` pair; each of its runs is ``scripts/train.py`` with
+Each *cell* is one ``(algo, controller)`` pair (or ``(algo@variant, controller)`` with named variants, sets
+of overrides such as a deliberate sampler/trainer disagreement); each of its runs is ``scripts/train.py`` with
 ``algo=<algo> callbacks/entropy=<controller> seed=<s>``, the held-out evaluation switched on for the
 last iteration, and the run folder fixed (``<out>/runs/<algo>+<controller>/seed<s>``), so that an
 interrupted study resumes: a run whose folder holds ``done.json`` is not run again.
@@ -43,9 +44,14 @@ class StudyPlan:
     """Held-out Countdown problems evaluated after the last iteration (n = 8 samples each)."""
     overrides: list[str] = field(default_factory=list)
     """Further Hydra overrides given to every run."""
+    variants: dict[str, list[str]] = field(default_factory=dict)
+    """A third axis: variant name -> its Hydra overrides (e.g. ``bf16`` -> ``[rollout.engine.dtype=bfloat16]``).
+    Empty: one unnamed variant with no overrides."""
 
     def runs(self) -> list[tuple[str, str, int]]:
-        return [(a, c, s) for a in self.algos for c in self.controllers for s in self.seeds]
+        """Every ``(algo, controller, seed)``; with variants, ``algo`` is ``<algo>@<variant>``."""
+        algos = [f"{a}@{v}" for a in self.algos for v in self.variants] if self.variants else self.algos
+        return [(a, c, s) for a in algos for c in self.controllers for s in self.seeds]
 
 
 def cell_name(algo: str, controller: str) -> str:
@@ -57,15 +63,17 @@ def run_dir(out: Path, algo: str, controller: str, seed: int) -> Path:
 
 
 def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: Path, train_script: Path) -> list[str]:
-    """The ``scripts/train.py`` command line of one run."""
+    """The ``scripts/train.py`` command line of one run (``algo`` may carry a variant: ``algo@variant``)."""
+    algo_name, _, variant = algo.partition("@")
     return [
         sys.executable, str(train_script),
-        f"algo={algo}", f"callbacks/entropy={controller}", f"seed={seed}",
+        f"algo={algo_name}", f"callbacks/entropy={controller}", f"seed={seed}",
         f"trainer.max_epochs={plan.iterations}", "task_name=method_study",
         "callbacks/eval=periodic", f"callbacks.eval.every_n_iterations={plan.iterations}",
         f"callbacks.eval.num_problems={plan.eval_problems}", "callbacks.eval.ks=[1,8]",
         f"hydra.run.dir={run_dir(out, algo, controller, seed)}",
         *plan.overrides,
+        *plan.variants.get(variant, []),
     ]
 
 
@@ -166,7 +174,7 @@ def plot(plan: StudyPlan, out: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    for algo in plan.algos:
+    for algo in dict.fromkeys(a for a, _, _ in plan.runs()):
         for controller in plan.controllers:
             curves: dict[str, list[list[float]]] = {"rollout/entropy": [], "rollout/accuracy": []}
             for seed in plan.seeds:

@@ -77,3 +77,12 @@ def test_a_real_study_runs_resumes_and_writes_its_table(tmp_path: Path) -> None:
     first = done.stat().st_mtime
     subprocess.run(cmd, check=True, cwd=tmp_path)  # resumes: nothing is run again
     assert done.stat().st_mtime == first
+
+
+def test_variants_are_a_third_axis(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0],
+                     variants={"bf16": ["rollout.engine.dtype=bfloat16", "correction=tis"], "exact": []})
+    assert [a for a, _, _ in plan.runs()] == ["grpo@bf16", "grpo@exact"]
+    cmd = train_command(plan, "grpo@bf16", "none", 0, tmp_path, ROOT / "scripts" / "train.py")
+    assert "algo=grpo" in cmd and cmd[-2:] == ["rollout.engine.dtype=bfloat16", "correction=tis"]
+    assert f"hydra.run.dir={run_dir(tmp_path, 'grpo@bf16', 'none', 0)}" in cmd
