@@ -159,7 +159,7 @@ def summarise(plan: StudyPlan, out: Path) -> tuple[str, dict[str, list[dict]]]:
     lines = [header, "|" + "---|" * (3 + len(COLUMNS))]
     order = sorted(cells, key=lambda c: -statistics.mean(r["acc_last5"] for r in cells[c]))
     for cell in order:
-        algo, controller = cell.split("+", 1)
+        algo, controller = cell.rsplit("+", 1)
         rows = cells[cell]
         lines.append(f"| {algo} | {controller} | {len(rows)} | "
                      + " | ".join(_mean_sd([r[key] for r in rows]) for key, _ in COLUMNS) + " |")
