@@ -50,6 +50,9 @@ def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None) 
     for node in cfg.values():
         if isinstance(node, DictConfig) and "_target_" in node:
             extra = {"purge_step": resume_step} if resume_step and "TensorBoardLogger" in node._target_ else {}
+            if "MLFlowLogger" in node._target_ and str(node.get("tracking_uri", "")).startswith("file:"):
+                # MLflow 3 asks for an opt-in to its (maintained, not developed) local file store.
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             out.append(instantiate(node, **extra))
     return out
 
