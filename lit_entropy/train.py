@@ -14,8 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
-from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.model_support import startup_report
+from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.terminal import quiet_third_party, startup_block
 from lit_entropy.utils.dist import rank
