@@ -276,6 +276,9 @@ class HFPolicy:
         )
         hf_tok = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=self.trust_remote_code)
         model = with_lora(model, self.lora)
+        from lit_entropy.model_support import startup_report
+
+        log.info("%s", startup_report(model))
         return PolicyBundle(model=model, tokenizer=HFTokenizerAdapter(hf_tok), path=self.name_or_path)
 
 

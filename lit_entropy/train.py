@@ -14,7 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
-from lit_entropy.model_support import startup_report
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.terminal import quiet_third_party, startup_block
@@ -122,16 +121,14 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     check_knob_owners(callbacks, algo)
-    policy = spec.build()
-    module = instantiate(cfg.module, policy=policy, algo=algo, optim=optim, batch=batch, _recursive_=False)
+    module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if rank() == 0:
-        report = startup_report(policy.model) if getattr(spec, "name_or_path", None) else None
-        log.info("\n%s", startup_block(cfg, trainer, model_report=report))
+        log.info("\n%s", startup_block(cfg, trainer))  # model=hf: the model's report came just before
     return trainer, module, datamodule
 
 
