@@ -368,9 +368,10 @@ class PolicyModule(pl.LightningModule):
         self.time_forward = self.time_forward_backward = 0.0
 
     def _log_text_samples(self, batch: RolloutBatch) -> None:
-        logger = self.logger
-        experiment = getattr(logger, "experiment", None)
-        if experiment is None or not hasattr(experiment, "add_text") or not batch.completions:
+        # The first logger that takes text (TensorBoard), wherever it sits in a list of several.
+        writers = [getattr(lg, "experiment", None) for lg in self.loggers]
+        experiment = next((w for w in writers if hasattr(w, "add_text")), None)
+        if experiment is None or not batch.completions:
             return
         k = min(self.num_text_samples, len(batch.completions))
         idx = torch.linspace(0, len(batch.completions) - 1, k).long().tolist()

@@ -17,6 +17,8 @@ from lit_entropy.data.batch import BatchConfig
 from lit_entropy.objectives.rollout_correction import check_with_algo
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
+from lit_entropy.terminal import quiet_third_party, startup_block
+from lit_entropy.utils.dist import rank
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,9 @@ def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None) 
     for node in cfg.values():
         if isinstance(node, DictConfig) and "_target_" in node:
             extra = {"purge_step": resume_step} if resume_step and "TensorBoardLogger" in node._target_ else {}
+            if "MLFlowLogger" in node._target_ and str(node.get("tracking_uri", "")).startswith("file:"):
+                # MLflow 3 asks for an opt-in to its (maintained, not developed) local file store.
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             out.append(instantiate(node, **extra))
     return out
 
@@ -101,6 +106,7 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     between several fits in one process). ``resume_step``: see :func:`instantiate_loggers`.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_third_party(bool(cfg.get("verbose", False)))  # before the engine imports vLLM
     # The in-process vLLM engine initialises a one-process torch.distributed group, which makes
     # Lightning suggest sync_dist for every epoch-level metric; on one device it changes nothing.
     warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
@@ -126,6 +132,8 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     if loggers:
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    if rank() == 0:
+        log.info("\n%s", startup_block(cfg, trainer))  # model=hf: the model's report came just before
     return trainer, module, datamodule
 
 

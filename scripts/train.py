@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import sys  # noqa: E402
+
+from lit_entropy.terminal import quiet_cpp_before_torch  # noqa: E402  (imports no torch)
+
+quiet_cpp_before_torch(sys.argv[1:])
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402

@@ -11,8 +11,11 @@ strings, ints or floats; GSM8K answers end with ``#### <number>``) and normalise
 2. the ``LIT_ENTROPY_DATA`` environment variable;
 3. ``../shared/data`` beside the checkout (``<repository root>/../shared/data``).
 
-The data is never copied into the repository. ``source="hf"`` loads the same set from the Hugging Face
-hub instead (needs the optional ``datasets`` package and a network; only when asked for).
+The data is never copied into the repository. With ``source="auto"`` (the presets' default) a set whose
+file is not found is loaded through Hugging Face ``datasets`` from the hub by its usual id (the optional
+``hf`` extra; cached where ``datasets`` caches, ``HF_DATASETS_CACHE``); ``source="hf"`` always loads from
+the hub, ``source="local"`` never. ``hub`` overrides the hub id, config, split and fields of the set
+(e.g. a local folder of parquet files as ``hub.path``, or ``hub.data_files``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import os
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,8 @@ NAMED_TEMPLATES = {"boxed": DEFAULT_TEMPLATE, "r1_zero": R1_ZERO_TEMPLATE}
 """``template: r1_zero`` (or ``boxed``) picks one of these by name."""
 
 ANSWER_TRANSFORMS = (None, "gsm8k")
+SOURCES = ("auto", "local", "hf")
+HUB_KEYS = ("path", "config", "split", "question_field", "answer_field", "answer_transform", "data_files")
 DATA_ENV = "LIT_ENTROPY_DATA"
 
 
@@ -220,6 +225,25 @@ MATH_DATASETS: dict[str, _Spec] = {
 """Named sets: the file in the data folder, its fields, and the same set on the Hugging Face hub."""
 
 
+def _with_hub(spec: _Spec, hub: dict, name: str) -> _Spec:
+    """``spec`` with the hub settings of a preset (``path``, ``config``, ``split``, fields) replacing its own."""
+    unknown = sorted(set(hub) - set(HUB_KEYS))
+    if unknown:
+        raise ValueError(f"{name}: unknown hub keys {unknown}; known: {list(HUB_KEYS)}")
+    if hub.get("answer_transform", spec.answer_transform) not in ANSWER_TRANSFORMS:
+        raise ValueError(f"{name}: hub.answer_transform must be one of {ANSWER_TRANSFORMS}")
+    q = hub.get("question_field")
+    return replace(
+        spec,
+        hf_path=str(hub.get("path") or spec.hf_path),
+        hf_config=hub.get("config", spec.hf_config),
+        hf_split=hub.get("split") or spec.hf_split,
+        hf_question_fields=(q,) if q else spec.hf_question_fields,
+        answer_field=hub.get("answer_field") or spec.answer_field,
+        answer_transform=hub.get("answer_transform", spec.answer_transform),
+    )
+
+
 class MathDataset(JSONLPrompts):
     """A named math set (``gsm8k_train``, ``gsm8k`` (test), ``math500``, ``aime2024``, ``aime2025``,
     ``amc2023``) from the shared data folder (see the module docstring) or, with ``source="hf"``,
@@ -234,16 +258,20 @@ class MathDataset(JSONLPrompts):
         shuffle: bool = True,
         source: str = "local",
         reward_kwargs: dict | None = None,
+        hub: dict | None = None,
     ) -> None:
         if name not in MATH_DATASETS:
             raise ValueError(f"unknown math dataset {name!r}; choose one of {sorted(MATH_DATASETS)}")
-        if source not in ("local", "hf"):
-            raise ValueError(f"source must be 'local' or 'hf', got {source!r}")
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         self.name = name
-        self.source = source
-        self.spec = MATH_DATASETS[name]
+        self.spec = _with_hub(MATH_DATASETS[name], hub or {}, name)
+        self.data_files = (hub or {}).get("data_files")
         self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
         path = self.data_dir / self.spec.file
+        if source == "auto":
+            source = "local" if path.is_file() else "hf"
+        self.source = source
         if source == "local" and not path.is_file():
             raise FileNotFoundError(
                 f"{name}: {path} not found. Pass data_dir=..., set ${DATA_ENV}, or use source='hf'."
@@ -271,7 +299,14 @@ class MathDataset(JSONLPrompts):
                 "(pip install datasets), or use the local files (source='local')"
             ) from err
         spec = self.spec
-        ds = datasets.load_dataset(spec.hf_path, spec.hf_config, split=spec.hf_split)
+        try:
+            ds = datasets.load_dataset(spec.hf_path, spec.hf_config, split=spec.hf_split,
+                                       data_files=self.data_files)
+        except Exception as err:  # datasets raises many kinds; name the set and how to get it locally
+            raise RuntimeError(
+                f"{self.name}: could not load {self.origin} with `datasets` ({type(err).__name__}: {err}). "
+                f"Offline, put {spec.file} in data_dir (or ${DATA_ENV}) or point hub.path at a local copy."
+            ) from err
         columns = set(ds.column_names)
         found = [f for f in spec.hf_question_fields if f in columns]
         if not found or spec.answer_field not in columns:
