@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the checkout this script sits in, before any installed copy
     sys.path.insert(0, str(ROOT))
 
-from lit_entropy.analysis.method_study import StudyPlan, plot, run_study, summarise  # noqa: E402
+from lit_entropy.analysis.method_study import (  # noqa: E402
+    COLUMNS,
+    DEFAULT_COLUMNS,
+    StudyPlan,
+    plot,
+    run_study,
+    summarise,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:OVERRIDES",
                     help="a named set of space-separated overrides, a third axis (repeatable), e.g. "
                          "'bf16:rollout.engine.dtype=bfloat16 correction=tis'")
+    ap.add_argument("--columns", default=",".join(DEFAULT_COLUMNS),
+                    help=f"table columns, comma-separated, from {','.join(COLUMNS)}")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
     plan = StudyPlan(algos=args.algos.split(","), controllers=args.controllers.split(","),
@@ -45,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                      variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)})
     if not args.summarise_only:
         run_study(plan, args.out, ROOT / "scripts" / "train.py")
-    table, _ = summarise(plan, args.out)
+    table, _ = summarise(plan, args.out, tuple(args.columns.split(",")))
     print(table)
     (args.out / "study.md").write_text(table + "\n")
     plot(plan, args.out, args.out / "study.png")

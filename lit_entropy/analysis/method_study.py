@@ -125,6 +125,8 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
         return None
     band = s.get("control/band_error")
     last = lambda tag: s[tag][-1] if s.get(tag) else None  # noqa: E731
+    mean = lambda tag: statistics.mean(s[tag]) if s.get(tag) else None  # noqa: E731
+    masked = [sum(parts) for parts in zip(*(s[t] for t in MASKED_TAGS if s.get(t)), strict=False)]
     return {
         "h_final": h[-1],
         "acc_last5": statistics.mean(acc[-5:]),
@@ -132,11 +134,20 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
         "pass@8": last("eval/pass@8"),
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
         "s_per_it": seconds_per_iteration(folder),
+        "mismatch": mean("diag/logp_mismatch_mean"),
+        "ess": mean("rollout_corr/ess"),
+        "masked": statistics.mean(masked) if masked else None,
     }
 
 
-COLUMNS = [("h_final", "H final"), ("acc_last5", "acc (last 5)"), ("pass@1", "pass@1"), ("pass@8", "pass@8"),
-           ("band_error", "band err"), ("s_per_it", "s/it")]
+MASKED_TAGS = ("rollout_corr/frac_masked", "rollout_corr/frac_rejected", "rollout_corr/frac_opsm")
+"""What a correction took out of the loss (fractions; summed per iteration)."""
+
+COLUMNS = {"h_final": "H final", "acc_last5": "acc (last 5)", "pass@1": "pass@1", "pass@8": "pass@8",
+           "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
+           "masked": "masked frac"}
+"""Every column a run summary has, and its heading."""
+DEFAULT_COLUMNS = ("h_final", "acc_last5", "pass@1", "pass@8", "band_error", "s_per_it")
 
 
 def _mean_sd(xs: list[float | None]) -> str:
@@ -148,21 +159,24 @@ def _mean_sd(xs: list[float | None]) -> str:
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
 
 
-def summarise(plan: StudyPlan, out: Path) -> tuple[str, dict[str, list[dict]]]:
+def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COLUMNS) -> tuple[str, dict[str, list[dict]]]:
     """The Markdown table (one row per cell, best last-5 accuracy first) and each cell's run summaries."""
     cells: dict[str, list[dict]] = {}
     for algo, controller, seed in plan.runs():
         summary = run_summary(run_dir(out, algo, controller, seed))
         if summary is not None:
             cells.setdefault(cell_name(algo, controller), []).append(summary)
-    header = "| algo | controller | seeds | " + " | ".join(label for _, label in COLUMNS) + " |"
-    lines = [header, "|" + "---|" * (3 + len(COLUMNS))]
+    unknown = set(columns) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown study columns {sorted(unknown)}; the columns are {list(COLUMNS)}")
+    header = "| algo | controller | seeds | " + " | ".join(COLUMNS[key] for key in columns) + " |"
+    lines = [header, "|" + "---|" * (3 + len(columns))]
     order = sorted(cells, key=lambda c: -statistics.mean(r["acc_last5"] for r in cells[c]))
     for cell in order:
         algo, controller = cell.rsplit("+", 1)
         rows = cells[cell]
         lines.append(f"| {algo} | {controller} | {len(rows)} | "
-                     + " | ".join(_mean_sd([r[key] for r in rows]) for key, _ in COLUMNS) + " |")
+                     + " | ".join(_mean_sd([r[key] for r in rows]) for key in columns) + " |")
     return "\n".join(lines), cells
 
 

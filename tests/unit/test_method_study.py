@@ -86,3 +86,23 @@ def test_variants_are_a_third_axis(tmp_path: Path) -> None:
     cmd = train_command(plan, "grpo@bf16", "none", 0, tmp_path, ROOT / "scripts" / "train.py")
     assert "algo=grpo" in cmd and cmd[-2:] == ["rollout.engine.dtype=bfloat16", "correction=tis"]
     assert f"hydra.run.dir={run_dir(tmp_path, 'grpo@bf16', 'none', 0)}" in cmd
+
+
+def test_mismatch_columns_read_the_correction_metrics(tmp_path: Path) -> None:
+    folder = run_dir(tmp_path, "grpo@tis", "none", 0)
+    _write_run(folder, [0.5, 0.4], [0.2, 0.3])
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for i, (ess, masked, rejected) in enumerate([(0.9, 0.1, 0.0), (0.7, 0.2, 0.1)]):
+        writer.add_scalar("rollout_corr/ess", ess, i)
+        writer.add_scalar("rollout_corr/frac_masked", masked, i)
+        writer.add_scalar("rollout_corr/frac_rejected", rejected, i)
+        writer.add_scalar("diag/logp_mismatch_mean", 0.01 * (i + 1), i)
+    writer.close()
+    s = run_summary(folder)
+    assert s["ess"] == pytest.approx(0.8) and s["masked"] == pytest.approx(0.2)
+    assert s["mismatch"] == pytest.approx(0.015)
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0], variants={"tis": []})
+    table, _ = summarise(plan, tmp_path, ("ess", "masked"))
+    assert table.splitlines()[0] == "| algo | controller | seeds | ESS | masked frac |"
+    with pytest.raises(ValueError, match="unknown study columns"):
+        summarise(plan, tmp_path, ("accuracy",))
