@@ -53,8 +53,9 @@ def moving_average(values: list[float], n: int) -> list[float]:
     return out
 
 
-def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: str) -> None:
-    """The band (shaded) or the target (dashed) a controller logged, against the iteration when it can."""
+def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: str) -> str | None:
+    """The band (shaded) or the target (dashed) a controller logged, against the iteration when it can;
+    returns which one was drawn ("band", "target" or None)."""
 
     def xy(tag: str) -> tuple[list[float], list[float]]:
         points = scalars.get(tag, [])
@@ -64,10 +65,12 @@ def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: st
     low, high = xy("control/band_low"), xy("control/band_high")
     if low[0] and low[0] == high[0]:
         ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, lw=0)
-        return
+        return "band"
     target = xy("control/target_entropy")
     if target[0]:
         ax.plot(target[0], target[1], color=color, lw=1.0, ls="--", alpha=0.8)
+        return "target"
+    return None
 
 
 def fmt(v: float | None) -> str:
@@ -103,7 +106,7 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
     handles = {}
     for k, metric in enumerate(metrics):
         ax = axes[k // ncols][k % ncols]
-        x_names = set()
+        x_names, aims = set(), set()
         for i, run in enumerate(runs):
             points = data[run].get(metric, [])
             if not points:
@@ -115,20 +118,22 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
             xs, ys = [p[0] for p in xy], [p[1] for p in xy]
             c = colors[i % len(colors)]
             if metric == ENTROPY:
-                draw_controller_aim(ax, data[run], epoch_of, c)
+                aims.add(draw_controller_aim(ax, data[run], epoch_of, c))
             if smooth > 1:
                 ax.plot(xs, ys, color=c, alpha=0.25, lw=0.8)
                 ys = moving_average(ys, smooth)
             (line,) = ax.plot(xs, ys, color=c, lw=1.5)
             handles.setdefault(labels[run], line)
-        ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else ""), fontsize=10)
+        aim = {"band": "  (shaded: the controller's band)", "target": "  (dashed: the controller's target)"}
+        ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else "")
+                     + (aim[next(iter(aims))] if len(aims) == 1 and None not in aims else ""), fontsize=10)
         ax.set_xlabel(" / ".join(sorted(x_names)) or "iteration")
         ax.grid(alpha=0.3)
         if not x_names:
             ax.text(0.5, 0.5, "not logged by any run", ha="center", va="center", transform=ax.transAxes)
     for k in range(len(metrics), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    if handles:
+    if len(handles) > 1:  # one run: its folder name says nothing the title does not
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
                    ncol=1 if len(handles) > 4 or max(map(len, handles)) > 40 else len(handles), fontsize=8)
     title = (title or "Run comparison") + (f" (moving average over {smooth})" if smooth > 1 else "")
