@@ -21,6 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy.cli import config_dir
 from lit_entropy.config_keys import upgrade_overrides
 from lit_entropy.evaluation import evaluate, held_out_prompts
 from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
@@ -28,7 +29,7 @@ from lit_entropy.train import build_sampler
 
 log = logging.getLogger(__name__)
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = config_dir()  # the checkout's conf/, or lit_entropy/conf in an installed wheel
 
 
 def compose_evaluate(overrides: list[str]) -> DictConfig:

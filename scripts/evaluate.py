@@ -8,21 +8,17 @@ Hydra overrides of ``conf/evaluate.yaml`` (the training groups model, rollout, r
     python scripts/evaluate.py data=jsonl data.prompts.path=my.jsonl eval.limit=50 eval.out=res.json
     python scripts/evaluate.py model=hf model.name_or_path=<dir> data=math500 rollout=vllm eval.limit=100
 
-See :mod:`lit_entropy.evaluation_run`.
+The same program as the installed ``lit-entropy-eval``; see :mod:`lit_entropy.evaluation_run`.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lit_entropy.evaluation_run import main  # noqa: E402
+from lit_entropy.cli.evaluate import main  # noqa: E402
 
 if __name__ == "__main__":
     main(sys.argv[1:])

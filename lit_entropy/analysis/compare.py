@@ -4,7 +4,9 @@ Per-iteration metrics (one value per RL iteration, e.g. ``rollout/*``) are drawn
 (the logged ``epoch``), so runs with different numbers of optimizer steps per iteration line up;
 per-step metrics (``train/*``) against the optimizer step. The table holds, per run and metric, the
 final value and the best (the maximum, or the minimum for metrics whose name contains "loss" or
-"error"), computed on the raw, unsmoothed values.
+"error"), computed on the raw, unsmoothed values. The ``rollout/entropy`` panel also shows what an
+entropy controller aimed at: its band (``control/band_low``..``control/band_high``) shaded, or its
+target (``control/target_entropy``) dashed, in the run's colour.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from lit_entropy.analysis.runs import read_scalars, run_labels
 
 DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/response_len_mean"
+ENTROPY = "rollout/entropy"
 
 
 def lower_is_better(metric: str) -> bool:
@@ -50,6 +53,26 @@ def moving_average(values: list[float], n: int) -> list[float]:
     return out
 
 
+def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: str) -> str | None:
+    """The band (shaded) or the target (dashed) a controller logged, against the iteration when it can;
+    returns which one was drawn ("band", "target" or None)."""
+
+    def xy(tag: str) -> tuple[list[float], list[float]]:
+        points = scalars.get(tag, [])
+        pts = against_iteration(points, epoch_of) or points
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    low, high = xy("control/band_low"), xy("control/band_high")
+    if low[0] and low[0] == high[0]:
+        ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, lw=0)
+        return "band"
+    target = xy("control/target_entropy")
+    if target[0]:
+        ax.plot(target[0], target[1], color=color, lw=1.0, ls="--", alpha=0.8)
+        return "target"
+    return None
+
+
 def fmt(v: float | None) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
@@ -69,7 +92,7 @@ def table(runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], met
 
 
 def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], metrics: list[str],
-         smooth: int) -> None:
+         smooth: int, title: str | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,7 +106,7 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
     handles = {}
     for k, metric in enumerate(metrics):
         ax = axes[k // ncols][k % ncols]
-        x_names = set()
+        x_names, aims = set(), set()
         for i, run in enumerate(runs):
             points = data[run].get(metric, [])
             if not points:
@@ -94,22 +117,26 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
             xy = by_it if by_it is not None else points
             xs, ys = [p[0] for p in xy], [p[1] for p in xy]
             c = colors[i % len(colors)]
+            if metric == ENTROPY:
+                aims.add(draw_controller_aim(ax, data[run], epoch_of, c))
             if smooth > 1:
                 ax.plot(xs, ys, color=c, alpha=0.25, lw=0.8)
                 ys = moving_average(ys, smooth)
             (line,) = ax.plot(xs, ys, color=c, lw=1.5)
             handles.setdefault(labels[run], line)
-        ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else ""), fontsize=10)
+        aim = {"band": "  (shaded: the controller's band)", "target": "  (dashed: the controller's target)"}
+        ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else "")
+                     + (aim[next(iter(aims))] if len(aims) == 1 and None not in aims else ""), fontsize=10)
         ax.set_xlabel(" / ".join(sorted(x_names)) or "iteration")
         ax.grid(alpha=0.3)
         if not x_names:
             ax.text(0.5, 0.5, "not logged by any run", ha="center", va="center", transform=ax.transAxes)
     for k in range(len(metrics), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    if handles:
+    if len(handles) > 1:  # one run: its folder name says nothing the title does not
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
                    ncol=1 if len(handles) > 4 or max(map(len, handles)) > 40 else len(handles), fontsize=8)
-    title = "Run comparison" + (f" (moving average over {smooth})" if smooth > 1 else "")
+    title = (title or "Run comparison") + (f" (moving average over {smooth})" if smooth > 1 else "")
     fig.suptitle(title, fontsize=11)
     fig.savefig(out)
     plt.close(fig)
@@ -119,14 +146,15 @@ TABLE_NOTE = ('final = last logged value; best = max, or min for metrics whose n
               '"error"; raw values (no smoothing).')
 
 
-def compare_runs(runs: list[Path], metrics: list[str], smooth: int, out: Path) -> tuple[str, list[str]]:
-    """Write ``OUT/compare.png`` and ``OUT/compare.md`` for ``runs``; return the table and the metrics
-    that no run logged."""
+def compare_runs(runs: list[Path], metrics: list[str], smooth: int, out: Path, name: str = "compare",
+                 title: str | None = None) -> tuple[str, list[str]]:
+    """Write ``OUT/NAME.png`` and ``OUT/NAME.md`` for ``runs``; return the table and the metrics that no
+    run logged."""
     data = {run: read_scalars(run) for run in runs}
     missing = [m for m in metrics if not any(m in data[run] for run in runs)]
     labels = run_labels(runs)
     out.mkdir(parents=True, exist_ok=True)
-    plot(out / "compare.png", runs, labels, data, metrics, smooth)
+    plot(out / f"{name}.png", runs, labels, data, metrics, smooth, title)
     text = table(runs, labels, data, metrics)
-    (out / "compare.md").write_text(f"{text}\n\n{TABLE_NOTE}\n")
+    (out / f"{name}.md").write_text(f"{text}\n\n{TABLE_NOTE}\n")
     return text, missing

@@ -1,0 +1,33 @@
+"""Command-line entry points: ``lit-entropy-train``, ``lit-entropy-eval`` and ``lit-entropy-compare``.
+
+The same functions back ``scripts/train.py``, ``scripts/evaluate.py`` and ``scripts/compare.py``, so an
+installed package and a checkout take the same arguments. Runs write under the current folder
+(``paths.root_dir`` defaults to it), wherever the package is installed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def config_dir() -> Path:
+    """The Hydra config tree: ``lit_entropy/conf`` in an installed wheel, else the checkout's ``conf/``."""
+    for candidate in (PACKAGE / "conf", PACKAGE.parent / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(f"no Hydra configs (train.yaml) in {PACKAGE / 'conf'} or {PACKAGE.parent / 'conf'}")
+
+
+def quiet_engine_defaults(argv: list[str] | None = None) -> None:
+    """vLLM in-process unless the environment says otherwise, and torch's C++ messages quiet unless
+    ``verbose=true`` is among ``argv`` (both before torch's and vLLM's import; vLLM's own log level is set
+    by :func:`lit_entropy.terminal.quiet_third_party`, which reads ``verbose``)."""
+    import sys
+
+    from lit_entropy.terminal import quiet_cpp_before_torch
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    quiet_cpp_before_torch(sys.argv[1:] if argv is None else list(argv))
