@@ -23,8 +23,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--data", default="gsm8k_train", help="math set whose questions and answers train the tokenizer")
     p.add_argument("--data-dir", default=None,
-                   help="folder of the math JSONL files (default: $LIT_ENTROPY_DATA, else ../shared/data "
-                        "beside the checkout)")
+                   help="folder of the math JSONL files (default: $LIT_ENTROPY_DATA, else ./data)")
     p.add_argument("--vocab-size", type=int, default=512)
     args = p.parse_args(argv)
     source = MathDataset(args.data, data_dir=args.data_dir, template="{question}", shuffle=False)

@@ -9,7 +9,7 @@ strings, ints or floats; GSM8K answers end with ``#### <number>``) and normalise
 
 1. the ``data_dir`` argument;
 2. the ``LIT_ENTROPY_DATA`` environment variable;
-3. ``../shared/data`` beside the checkout (``<repository root>/../shared/data``).
+3. ``data/`` in the current folder.
 
 The data is never copied into the repository. With ``source="auto"`` (the presets' default) a set whose
 file is not found is loaded through Hugging Face ``datasets`` from the hub by its usual id (the optional
@@ -52,11 +52,9 @@ DATA_ENV = "LIT_ENTROPY_DATA"
 
 
 def default_data_dir() -> Path:
-    """``$LIT_ENTROPY_DATA`` if set, else ``<repository root>/../shared/data``."""
+    """``$LIT_ENTROPY_DATA`` if set, else ``data/`` in the current folder."""
     env = os.environ.get(DATA_ENV)
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return Path(env).expanduser() if env else Path.cwd() / "data"
 
 
 def _normalize_answer(value: Any, transform: str | None) -> str | None:

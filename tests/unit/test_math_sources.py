@@ -62,10 +62,10 @@ def test_field_normalisation_per_file():
     assert all("," not in r for r in gsm_refs)  # "#### 1,000" -> "1000"
 
 
-@needs_data
 def test_data_dir_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("LIT_ENTROPY_DATA", raising=False)
-    assert (default_data_dir() / "MANIFEST.json").is_file()
+    monkeypatch.chdir(tmp_path)
+    assert default_data_dir() == tmp_path / "data"
     write_jsonl(tmp_path / "aime2025_test.jsonl", [{"problem": "1+1?", "answer": 2}])
     assert len(MathDataset("aime2025", data_dir=tmp_path)) == 1
     monkeypatch.setenv("LIT_ENTROPY_DATA", str(tmp_path))
