@@ -246,7 +246,12 @@ def rollout_metrics(batch: RolloutBatch, gens: list[Generation], texts: list[str
         if ok:
             distinct[i // batch.group_size].add(text.strip())
     num_prompts = grouped.shape[0]
+    sampler = {}
+    if gens and all(g.entropy is not None for g in gens):  # token-weighted, as rollout/entropy is
+        tokens = sum(len(g.entropy) for g in gens)
+        sampler["rollout/sampler_entropy"] = sum(sum(g.entropy) for g in gens) / max(1, tokens)
     return {
+        **sampler,
         "rollout/reward_mean": float(rewards.mean()),
         "rollout/accuracy": float(correct.float().mean()),
         "rollout/response_len_mean": float(batch.response_mask.sum(-1).float().mean()),

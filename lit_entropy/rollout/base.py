@@ -69,6 +69,9 @@ class Generation:
     """True when the completion stopped at ``max_new_tokens`` instead of EOS."""
     kept: list[int] | None = None
     """With top-p / top-k: how many tokens the sampler's truncation kept at each step (engines that know it)."""
+    entropy: list[float] | None = None
+    """The entropy of the distribution the sampler drew each token from (engines that can compute it: HF),
+    logged as ``rollout/sampler_entropy`` beside the trainer's ``rollout/entropy``."""
 
 
 class RolloutEngine(ABC):
@@ -110,4 +113,5 @@ def truncate_at_stop(gen: Generation, decode: Callable[[list[int]], str], stops:
         else:
             lo = mid + 1
     return Generation(token_ids=gen.token_ids[:lo], logprobs=gen.logprobs[:lo], truncated=False,
-                      kept=gen.kept[:lo] if gen.kept is not None else None)
+                      kept=gen.kept[:lo] if gen.kept is not None else None,
+                      entropy=gen.entropy[:lo] if gen.entropy is not None else None)

@@ -113,6 +113,7 @@ class HFEngine(RolloutEngine):
         # sampling distribution, renormalised by the log-softmax.
         logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
         chosen = logp.gather(-1, new[:, :, None]).squeeze(-1)
+        entropy = torch.special.entr(logp.exp()).sum(-1).tolist()  # of the sampled distribution; 0·log 0 = 0
         truncating = sampling.top_p < 1 or bool(sampling.top_k)
         kept = torch.stack([torch.isfinite(s).sum(-1) for s in out.scores], 1).tolist() if truncating else None
         gens = []
@@ -120,7 +121,8 @@ class HFEngine(RolloutEngine):
             length = toks.index(self.eos_id) + 1 if self.eos_id in toks else len(toks)
             gens.append(Generation(token_ids=toks[:length], logprobs=lps[:length],
                                    truncated=self.eos_id not in toks[:length],
-                                   kept=kept[i][:length] if kept is not None else None))
+                                   kept=kept[i][:length] if kept is not None else None,
+                                   entropy=entropy[i][:length]))
         return [gens[k * n : (k + 1) * n] for k in range(len(chunk))]
 
     @staticmethod

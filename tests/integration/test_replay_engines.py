@@ -43,6 +43,15 @@ def pre_update(policy, gens, sampling: SamplingConfig, replay: bool = True, **mo
     return batch.metrics
 
 
+def rollout_metrics_of(policy, gens) -> dict[str, float]:
+    from lit_entropy.data.rollout_datamodule import rollout_metrics
+
+    batch = build_batch(prompts_for(policy), gens, [0.0] * sum(len(g) for g in gens), len(gens[0]),
+                        policy.tokenizer.pad_id)
+    flat = [g for group in gens for g in group]
+    return rollout_metrics(batch, flat, [""] * len(flat), 1.0)
+
+
 @pytest.fixture(scope="module")
 def vllm_engine(policy):
     pytest.importorskip("vllm")
@@ -74,6 +83,9 @@ def test_trainer_replays_the_samplers_truncation(request, policy, engine_name, t
     assert after["diag/logp_mismatch_mean"] <= 1e-4, after
     assert before["diag/logp_mismatch_mean"] > 1e-3, before
     assert after["rollout/entropy"] < after["rollout/entropy_full"] == pytest.approx(before["rollout/entropy"])
+    if engine_name == "hf":  # the entropy of the distribution HF sampled from is the trainer's replayed one
+        sampler_entropy = rollout_metrics_of(policy, gens)["rollout/sampler_entropy"]
+        assert sampler_entropy == pytest.approx(after["rollout/entropy"], abs=1e-4)
 
 
 def test_hf_engine_kept_counts_are_what_the_trainer_keeps(policy, hf_engine):
