@@ -163,7 +163,10 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
     """The Markdown table (one row per cell, best last-5 accuracy first) and each cell's run summaries."""
     cells: dict[str, list[dict]] = {}
     for algo, controller, seed in plan.runs():
-        summary = run_summary(run_dir(out, algo, controller, seed))
+        folder = run_dir(out, algo, controller, seed)
+        if (folder / "study_stdout.log").exists() and not (folder / "done.json").exists():
+            continue  # still running, or failed: not in the table
+        summary = run_summary(folder)
         if summary is not None:
             cells.setdefault(cell_name(algo, controller), []).append(summary)
     unknown = set(columns) - set(COLUMNS)
