@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:  # the checkout this script sits in, before any in
     sys.path.insert(0, str(ROOT))
 
 from lit_entropy.analysis.entropy_law_fit import collect, pooled_fit, summary_lines, write_fit  # noqa: E402
-from lit_entropy.analysis.runs import find_runs  # noqa: E402
+from lit_entropy.analysis.runs import find_runs_or_say  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.skip < 0:
         ap.error("--skip must be >= 0")
-    found = find_runs(args.dirs)
+    found = find_runs_or_say(args.dirs)
     if not found:
-        print(f"no runs found under {', '.join(map(str, args.dirs))}", file=sys.stderr)
         return 1
     runs, skipped = collect(found, args.x, args.y, args.skip)
     for line in skipped:

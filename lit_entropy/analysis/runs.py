@@ -74,6 +74,16 @@ def find_runs(dirs: Iterable[str | Path]) -> list[Path]:
     return sorted(found)
 
 
+
+def find_runs_or_say(dirs: list[Path]) -> list[Path]:
+    """:func:`find_runs`, saying ``no runs found under ...`` on stderr when there are none (the scripts then exit 1)."""
+    import sys
+
+    runs = find_runs(dirs)
+    if not runs:
+        print(f"no runs found under {', '.join(map(str, dirs))}", file=sys.stderr)
+    return runs
+
 def hydra_overrides(run_dir: str | Path) -> list[str]:
     """The command-line overrides the run was launched with (``.hydra/overrides.yaml``), or ``[]``."""
     import yaml

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from lit_entropy.analysis.compare import DEFAULT_METRICS, compare_runs
-from lit_entropy.analysis.runs import find_runs
+from lit_entropy.analysis.runs import find_runs_or_say
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--metrics is empty")
     if args.smooth < 1:
         ap.error("--smooth must be >= 1")
-    runs = find_runs(args.dirs)
+    runs = find_runs_or_say(args.dirs)
     if not runs:
-        print(f"no runs found under {', '.join(map(str, args.dirs))}", file=sys.stderr)
         return 1
     text, missing = compare_runs(runs, metrics, args.smooth, args.out, name=args.name, title=args.title)
     for m in missing:
