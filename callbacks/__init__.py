@@ -11,6 +11,7 @@ from lit_entropy.callbacks.diagnostics import EntropyDiagnosticsCallback
 from lit_entropy.callbacks.entrocraft import EntrocraftCallback
 from lit_entropy.callbacks.entropic import EntroPICCallback
 from lit_entropy.callbacks.entropy_law import EntropyLawCallback
+from lit_entropy.callbacks.gppo_beta import GPPOBetaCallback
 from lit_entropy.callbacks.repo import REPOCallback
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "EntropyController",
     "EntropyDiagnosticsCallback",
     "EntropyLawCallback",
+    "GPPOBetaCallback",
     "REPOCallback",
 ]

@@ -20,12 +20,14 @@ CONTROLLERS = {
     "repo_d": "control/repo_lambda",
     "adaptive_bonus": "control/entropy_coef",
     "entropic": "control/pic_alpha",
+    "gppo_beta": "control/gppo_beta_high",
 }
+NEEDS = {"gppo_beta": ["algo=ce_gppo"]}  # the objective a controller's knob needs
 
 
 @pytest.mark.parametrize("name", sorted(CONTROLLERS))
 def test_controller_closed_loop_smoke(tmp_path, name):
-    run_train(tmp_path, f"callbacks/entropy={name}", "rollout=hf")
+    run_train(tmp_path, f"callbacks/entropy={name}", "rollout=hf", *NEEDS.get(name, []))
     scalars = read_scalars(tmp_path / "run")
     values = [v for _, v in scalars[CONTROLLERS[name]]]
     assert len(values) == 3 and all(math.isfinite(v) for v in values)

@@ -14,13 +14,15 @@ from lit_entropy.callbacks import (
     AdaptiveEntropyBonusCallback,
     EntrocraftCallback,
     EntroPICCallback,
+    GPPOBetaCallback,
     REPOCallback,
 )
 from lit_entropy.callbacks.base import ProgressConfig
 from tests.helpers import compose_train, small_rollout_batch
 
 OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
-CONTROLLERS = [ADAPOCallback, AdaptiveEntropyBonusCallback, REPOCallback, EntroPICCallback, EntrocraftCallback]
+CONTROLLERS = [ADAPOCallback, AdaptiveEntropyBonusCallback, REPOCallback, EntroPICCallback, EntrocraftCallback,
+               GPPOBetaCallback]
 
 DEFAULT_BAND = [  # (h_low, h_high, centre) per iteration of the default run, computed before the grammar change
     (0.45, 0.55, 0.5),
@@ -137,6 +139,7 @@ OWN_ERRORS = [
     (EntrocraftCallback, {"mode": "bogus"}, "mode"),
     (EntrocraftCallback, {"gamma": 0.0}, "gamma"),
     (EntrocraftCallback, {"renormalise": "group"}, "renormalise"),
+    (GPPOBetaCallback, {"drive": "x"}, "drive"),
 ]
 
 
