@@ -25,15 +25,16 @@ from typing import Any
 
 from lit_entropy.bench.vs_trl_patches import apply_vllm_cpu_patches
 
-ROOT = Path(__file__).resolve().parents[2]
-"""The repository: ``conf/`` is read from here."""
-
 
 def compose(overrides: list[str]) -> Any:
+    """``train.yaml`` plus ``overrides``, from the same config tree the commands read (a checkout's ``conf/``
+    or an installed wheel's ``lit_entropy/conf``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    from lit_entropy.cli import config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return hydra_compose(config_name="train", overrides=overrides)
 
 
