@@ -20,6 +20,7 @@ The figure draws each cell's ``rollout/entropy`` (mean over seeds) against the i
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,9 @@ def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print) -> list
             continue
         cmd = train_command(plan, algo, controller, seed, out, train_script)
         log(f"[study] {cell_name(algo, controller)} seed {seed}")
+        if folder.exists():  # an interrupted or failed run: its event files would merge with the new run's
+            log(f"[study]   clearing the unfinished run in {folder}")
+            shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         with open(folder / "study_stdout.log", "w") as fh:
@@ -159,12 +163,18 @@ def _mean_sd(xs: list[float | None]) -> str:
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
 
 
+def finished(folder: Path) -> bool:
+    """A run the table and the figure may use: the study finished it (``done.json``), or the study did not
+    start it (no ``study_stdout.log``: a run made by hand and placed there)."""
+    return (folder / "done.json").exists() or not (folder / "study_stdout.log").exists()
+
+
 def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COLUMNS) -> tuple[str, dict[str, list[dict]]]:
     """The Markdown table (one row per cell, best last-5 accuracy first) and each cell's run summaries."""
     cells: dict[str, list[dict]] = {}
     for algo, controller, seed in plan.runs():
         folder = run_dir(out, algo, controller, seed)
-        if (folder / "study_stdout.log").exists() and not (folder / "done.json").exists():
+        if not finished(folder):
             continue  # still running, or failed: not in the table
         summary = run_summary(folder)
         if summary is not None:
@@ -191,23 +201,30 @@ def plot(plan: StudyPlan, out: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    for algo in dict.fromkeys(a for a, _, _ in plan.runs()):
-        for controller in plan.controllers:
-            curves: dict[str, list[list[float]]] = {"rollout/entropy": [], "rollout/accuracy": []}
-            for seed in plan.seeds:
-                scalars = read_scalars(run_dir(out, algo, controller, seed))
+    cells = [(a, c) for a in dict.fromkeys(a for a, _, _ in plan.runs()) for c in plan.controllers]
+    colours = plt.get_cmap("tab20").colors
+    counts = []
+    for k, (algo, controller) in enumerate(cells):
+        curves: dict[str, list[list[float]]] = {"rollout/entropy": [], "rollout/accuracy": []}
+        for seed in plan.seeds:
+            folder = run_dir(out, algo, controller, seed)
+            if finished(folder):
+                scalars = read_scalars(folder)
                 for tag in curves:
                     if scalars.get(tag):
                         curves[tag].append(values(scalars[tag]))
-            for ax, tag in zip(axes, curves, strict=True):
-                runs = curves[tag]
-                if not runs:
-                    continue
-                n = min(len(r) for r in runs)
-                mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
-                ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2)
+        counts.append(len(curves["rollout/entropy"]))
+        style = {"color": colours[k % len(colours)], "linestyle": ("-", "--", ":")[k // len(colours) % 3]}
+        for ax, tag in zip(axes, curves, strict=True):
+            runs = curves[tag]
+            if not runs:
+                continue
+            n = min(len(r) for r in runs)
+            mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
+            ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
+    seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
     for ax, title in zip(axes, ["rollout/entropy (nats)", "rollout/accuracy"], strict=True):
-        ax.set_title(title + f", mean over {len(plan.seeds)} seeds")
+        ax.set_title(title + f", mean over {seeds} seeds")
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7, ncol=2)

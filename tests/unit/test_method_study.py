@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from lit_entropy.analysis.method_study import StudyPlan, run_dir, run_summary, summarise, train_command
+from lit_entropy.analysis.method_study import (
+    StudyPlan,
+    run_dir,
+    run_study,
+    run_summary,
+    summarise,
+    train_command,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,3 +113,26 @@ def test_mismatch_columns_read_the_correction_metrics(tmp_path: Path) -> None:
     assert table.splitlines()[0] == "| algo | controller | seeds | ESS | masked frac |"
     with pytest.raises(ValueError, match="unknown study columns"):
         summarise(plan, tmp_path, ("accuracy",))
+
+
+def test_an_unfinished_run_is_cleared_before_it_runs_again_and_left_out_until_then(tmp_path: Path) -> None:
+    """A rerun into the folder of an interrupted run would merge two runs' event files: it starts clean."""
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0, 1], iterations=2)
+    stale = run_dir(tmp_path, "grpo", "none", 0)
+    _write_run(stale, [0.9, 0.9], [0.9, 0.9])  # an interrupted run: events, a log, no done.json
+    (stale / "study_stdout.log").write_text("killed\n")
+    assert "grpo" not in summarise(plan, tmp_path)[0].split("\n", 2)[-1]  # not in the table while unfinished
+    fake = tmp_path / "fake_train.py"  # stands in for scripts/train.py: writes one fresh run
+    fake.write_text(
+        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "w = SummaryWriter(str(d / 'tensorboard'))\n"
+        "for i in range(2):\n    w.add_scalar('rollout/entropy', 0.4, i)\n    w.add_scalar('rollout/accuracy', 0.5, i)\n"
+        "w.close()\n")
+    said: list[str] = []
+    run_study(plan, tmp_path, fake, log=said.append)
+    assert any("clearing the unfinished run" in line for line in said)
+    for seed in (0, 1):
+        assert (run_dir(tmp_path, "grpo", "none", seed) / "done.json").exists()
+    assert run_summary(stale)["h_final"] == pytest.approx(0.4)  # only the new run's events (float32)
+    assert "| grpo | none | 2 | 0.400 ± 0.000 |" in summarise(plan, tmp_path)[0]
