@@ -1,11 +1,12 @@
 """Run a method study on the lab and write its table and figure.
 
     python scripts/study.py --algos grpo,dapo,clip_cov --controllers none,entrocraft_hard \
-        [--seeds 0,1,2] [--iterations 40] [--out logs/method_study] [--variant NAME:OVERRIDES ...]
-        [-- extra Hydra overrides]
+        [--cells ce_gppo+gppo_beta,...] [--seeds 0,1,2] [--iterations 40] [--out logs/method_study]
+        [--variant NAME:OVERRIDES ...] [--lanes 2] [-- extra Hydra overrides]
 
-Runs every algo x controller x seed with ``scripts/train.py`` (one after another; a finished run is not
-run again, so an interrupted study resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
+Runs every algo x controller (plus the --cells) x seed with ``scripts/train.py``, seed by seed, ``--lanes``
+at a time, each lane pinned to its own CPU cores (a finished run is not run again, so an interrupted study
+resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
 final entropy, last-5 accuracy, held-out pass@1 and pass@8, band error and seconds per iteration) and
 ``<out>/study.png`` (entropy and accuracy curves). ``--summarise-only`` skips running.
 """
@@ -24,6 +25,8 @@ from lit_entropy.analysis.method_study import (  # noqa: E402
     COLUMNS,
     DEFAULT_COLUMNS,
     StudyPlan,
+    lane_cores,
+    parse_cells,
     plot,
     run_study,
     summarise,
@@ -37,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", required=True, help="comma-separated conf/algo presets")
     ap.add_argument("--controllers", default="none", help="comma-separated conf/callbacks/entropy entries")
+    ap.add_argument("--cells", default="", help="further algo+controller cells beyond the grid, comma-separated, "
+                                                "e.g. ce_gppo+gppo_beta")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--eval-problems", type=int, default=64)
@@ -46,14 +51,22 @@ def main(argv: list[str] | None = None) -> int:
                          "'bf16:rollout.engine.dtype=bfloat16 correction=tis'")
     ap.add_argument("--columns", default=",".join(DEFAULT_COLUMNS),
                     help=f"table columns, comma-separated, from {','.join(COLUMNS)}")
+    ap.add_argument("--lanes", type=int, default=1,
+                    help="runs at once, each pinned to its own equal share of the CPU cores (default 1)")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        cells = parse_cells(args.cells)
+        lane_cores(args.lanes)  # a lane count the machine cannot split names itself before anything runs
+    except ValueError as err:
+        ap.error(str(err))
     plan = StudyPlan(algos=args.algos.split(","), controllers=args.controllers.split(","),
                      seeds=[int(s) for s in args.seeds.split(",")], iterations=args.iterations,
                      eval_problems=args.eval_problems, overrides=overrides,
-                     variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)})
+                     variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)},
+                     cells=cells)
     if not args.summarise_only:
-        run_study(plan, args.out, ROOT / "scripts" / "train.py")
+        run_study(plan, args.out, ROOT / "scripts" / "train.py", lanes=args.lanes)
     table, _ = summarise(plan, args.out, tuple(args.columns.split(",")))
     print(table)
     (args.out / "study.md").write_text(table + "\n")

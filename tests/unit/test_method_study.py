@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from torch.utils.tensorboard import SummaryWriter
 
 from lit_entropy.analysis.method_study import (
     StudyPlan,
+    lane_cores,
+    lane_env,
+    parse_cells,
     run_dir,
     run_study,
     run_summary,
@@ -90,6 +94,8 @@ def test_variants_are_a_third_axis(tmp_path: Path) -> None:
     plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0],
                      variants={"bf16": ["rollout.engine.dtype=bfloat16", "correction=tis"], "exact": []})
     assert [a for a, _, _ in plan.runs()] == ["grpo@bf16", "grpo@exact"]
+    plan.cells = [("ce_gppo", "gppo_beta")]  # an extra cell takes every variant too
+    assert plan.grid()[2:] == [("ce_gppo@bf16", "gppo_beta"), ("ce_gppo@exact", "gppo_beta")]
     cmd = train_command(plan, "grpo@bf16", "none", 0, tmp_path, ROOT / "scripts" / "train.py")
     assert "algo=grpo" in cmd and cmd[-2:] == ["rollout.engine.dtype=bfloat16", "correction=tis"]
     assert f"hydra.run.dir={run_dir(tmp_path, 'grpo@bf16', 'none', 0)}" in cmd
@@ -135,4 +141,55 @@ def test_an_unfinished_run_is_cleared_before_it_runs_again_and_left_out_until_th
     for seed in (0, 1):
         assert (run_dir(tmp_path, "grpo", "none", seed) / "done.json").exists()
     assert run_summary(stale)["h_final"] == pytest.approx(0.4)  # only the new run's events (float32)
+    assert "| grpo | none | 2 | 0.400 ± 0.000 |" in summarise(plan, tmp_path)[0]
+
+
+def test_runs_go_seed_by_seed_over_the_grid_and_the_extra_cells() -> None:
+    """Every cell's first seed comes before any cell's second: a study cut short still covers every cell."""
+    plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1],
+                     cells=[("ce_gppo", "gppo_beta"), ("grpo", "none")])  # a repeat of a grid cell is dropped
+    assert plan.runs() == [("grpo", "none", 0), ("dapo", "none", 0), ("ce_gppo", "gppo_beta", 0),
+                           ("grpo", "none", 1), ("dapo", "none", 1), ("ce_gppo", "gppo_beta", 1)]
+    assert parse_cells("ce_gppo+gppo_beta, grpo+adapo") == [("ce_gppo", "gppo_beta"), ("grpo", "adapo")]
+    assert parse_cells("grpo@tis+bf16+none") == [("grpo@tis+bf16", "none")]  # a variant name may hold '+'
+    with pytest.raises(ValueError, match="must be <algo>\\+<controller>"):
+        parse_cells("grpo")
+
+
+def test_lanes_split_the_cores_and_pin_the_openmp_threads() -> None:
+    assert lane_cores(2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
+    assert lane_cores(3, [4, 5, 6, 7]) == [[4], [5], [6]]  # a remainder core stays unused
+    with pytest.raises(ValueError, match="--lanes 3 must be between 1 and the 2 usable CPU cores"):
+        lane_cores(3, [0, 1])
+    env = lane_env([2, 3], base={"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "2,3"}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two lanes need two usable cores")
+def test_two_lanes_run_each_run_pinned_to_its_own_core(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1], iterations=2)
+    fake = tmp_path / "fake_train.py"  # records where it ran, then writes one run's events
+    fake.write_text(
+        "import json, os, sys, time\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "(d / 'pinned.json').write_text(json.dumps({'cores': sorted(os.sched_getaffinity(0)), 'start': time.time(),"
+        " 'omp': os.environ['OMP_NUM_THREADS'], 'bind': os.environ['VLLM_CPU_OMP_THREADS_BIND']}))\n"
+        "time.sleep(1.0)\n"
+        "w = SummaryWriter(str(d / 'tensorboard'))\n"
+        "for i in range(2):\n    w.add_scalar('rollout/entropy', 0.4, i)\n    w.add_scalar('rollout/accuracy', 0.5, i)\n"
+        "w.close()\n(d / 'end').write_text(str(time.time()))\n")
+    said: list[str] = []
+    run_study(plan, tmp_path, fake, log=said.append, lanes=2)
+    lanes = [c for c in lane_cores(2)]
+    seen = []
+    for algo, controller, seed in plan.runs():
+        folder = run_dir(tmp_path, algo, controller, seed)
+        pinned = json.loads((folder / "pinned.json").read_text())
+        assert pinned["cores"] in lanes and pinned["omp"] == str(len(pinned["cores"]))
+        assert pinned["bind"] == ",".join(map(str, pinned["cores"]))
+        assert json.loads((folder / "done.json").read_text())["cores"] == pinned["cores"]
+        seen.append((pinned["start"], float((folder / "end").read_text()), tuple(pinned["cores"])))
+    assert {cores for _, _, cores in seen} == {tuple(c) for c in lanes}  # both lanes were used
+    seen.sort()
+    assert any(later[0] < earlier[1] for earlier, later in zip(seen, seen[1:], strict=False))  # runs overlapped
     assert "| grpo | none | 2 | 0.400 ± 0.000 |" in summarise(plan, tmp_path)[0]
