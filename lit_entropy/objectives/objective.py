@@ -122,9 +122,13 @@ def select_tokens(
         setattr(sel, rule.effect, chosen)
         sel.frac = float(1.0 - frac if rule.reports_kept else frac)  # report the fraction removed
     sel.num_tokens, sel.num_seqs = global_counts(sel.loss_mask)
-    for name, args in (("archer_high", algo.archer), ("simko_high", algo.simko)):  # per-response entropy split
-        if args is not None:
-            sel.prepared[name] = em.high_entropy_tokens(mb["entropy"], mask, args.quantile)
+    if algo.simko is not None:  # per-response entropy split
+        sel.prepared["simko_high"] = em.high_entropy_tokens(mb["entropy"], mask, algo.simko.quantile)
+    if algo.archer is not None:  # the quantile over every response token (the authors' script), as Archer splits
+        high = em.high_entropy_tokens(mb["entropy"], mb["response_mask"], algo.archer.quantile)
+        sel.prepared["archer_high"] = high
+        sel.prepared["archer_n_high"], _ = global_counts(sel.loss_mask & high)  # each group's KL is its own mean
+        sel.prepared["archer_n_low"], _ = global_counts(sel.loss_mask & ~high)
     for term in registry.active_terms(knobs):
         if term.prepare is not None:
             sel.prepared.update(term.prepare(mb, sel.loss_mask))

@@ -29,7 +29,7 @@ from lit_entropy.objectives.correction import kl_bias_correction_ratio
 from lit_entropy.objectives.entropic import entropic_term, high_prob_tokens
 from lit_entropy.objectives.kl import KL_KINDS, kl_estimate
 from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
-from lit_entropy.objectives.policy_loss import aggregate, entropy_bonus
+from lit_entropy.objectives.policy_loss import aggregate, aggregate_token_mean, entropy_bonus
 
 __all__ = ["KL_KINDS", "LOSS_AGGREGATIONS", "KNOBS", "LOSS_TERMS", "SELECTION_RULES", "TERM_KNOBS"]
 
@@ -209,15 +209,24 @@ def _entropy_bonus(t: TermInputs, coef: Any) -> Tensor:
 
 
 def _kl_penalty(t: TermInputs, coef: Any) -> Tensor:
-    """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``). With Archer the
-    high-entropy tokens get the weight ``algo.archer.kl_high`` instead of ``coef``; with ``kl_bias_correction``
-    each token's estimate is multiplied by π_θ/π_old, with its gradient (TRL, DeepSeek-V3.2)."""
+    """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``); with
+    ``kl_bias_correction`` each token's estimate is multiplied by π_θ/π_old, with its gradient (TRL,
+    DeepSeek-V3.2).
+
+    Archer: ``coef · mean_low(KL) + kl_high · mean_high(KL)``, each group's KL averaged over that group's own
+    tokens of the minibatch, as the authors' script does under token-mean (a low-entropy token then weighs
+    N/N_low times what a plain token-mean gives it). Under the other aggregations the high-entropy tokens'
+    KL is weighted by ``kl_high`` instead of ``coef`` and aggregated like the loss."""
     kl = t.kl_tokens
     if t.kl_bias_correction:
         kl = kl * kl_bias_correction_ratio(t.logp, t.mb["old_logp"], t.mask)
     high = t.prepared.get("archer_high")
     if high is None:
         return coef * t.aggregate(kl)
+    if t.algo.loss_agg == "token-mean":
+        p = t.prepared
+        return (coef * aggregate_token_mean(kl, t.mask & ~high, p["archer_n_low"])
+                + t.algo.archer.kl_high * aggregate_token_mean(kl, t.mask & high, p["archer_n_high"]))
     weight = torch.where(high, float(t.algo.archer.kl_high), float(coef))
     return t.aggregate(weight * kl)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,9 +106,45 @@ def test_archer_clips_high_entropy_tokens_looser_and_weights_their_kl_apart():
     loss, _ = micro_batch_loss(algo, knobs, mb, sel, logp, None)
     (grad,) = torch.autograd.grad(loss, logp)
     # low-entropy token clipped at 1.2 (no gradient), high-entropy one unclipped below 1.5 (gradient −r·A);
-    # KL k1 = 0.5 per token, weight 0.1 on the low-entropy token only; token-mean over 2
-    assert float(loss.detach()) == pytest.approx((-1.2 - 1.4) / 2 + 0.1 * 0.5 / 2, abs=1e-6)
-    assert grad.tolist()[0] == pytest.approx([0.1 / 2, -1.4 / 2], abs=1e-6)
+    # KL k1 = 0.5 per token, averaged over the one low-entropy token, weight 0.1; the surrogate token-mean over 2
+    assert float(loss.detach()) == pytest.approx((-1.2 - 1.4) / 2 + 0.1 * 0.5 / 1, abs=1e-6)
+    assert grad.tolist()[0] == pytest.approx([0.1 / 1, -1.4 / 2], abs=1e-6)
+
+
+@pytest.mark.parametrize("kl_high, expected", [(0.0, 0.1 * 2.0 / 4), (0.2, 0.1 * 2.0 / 4 + 0.2 * 0.5 / 1)])
+def test_archer_averages_each_groups_kl_over_its_own_tokens(kl_high, expected):
+    """Entropies 1..5, quantile 0.8: threshold 4.2, only token 5 is high. k1 = 0.5 everywhere, A = 0:
+    loss = 0.1 · mean_low(KL) + kl_high · mean_high(KL) (the authors' script), not a token-mean over all 5."""
+    algo = AlgoConfig(archer={"quantile": 0.8, "eps": 0.5, "kl_high": kl_high}, kl_coef=0.1, kl_kind="k1")
+    knobs = Knobs(0.2, 0.2, kl_coef=0.1)
+    logp = torch.zeros(1, 5, requires_grad=True)
+    mb = one_response(logp, entropy=torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]]), ref_logp=torch.full((1, 5), -0.5))
+    mb["token_advantages"] = torch.zeros(1, 5)
+    sel = select_tokens(algo, mb, knobs)
+    assert sel.prepared["archer_high"].tolist() == [[False] * 4 + [True]]
+    loss, _ = micro_batch_loss(algo, knobs, mb, sel, logp, None)
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert float(loss.detach()) == pytest.approx(expected, abs=1e-6)
+    assert grad.tolist()[0] == pytest.approx([0.1 / 4] * 4 + [kl_high / 1], abs=1e-6)
+
+
+def test_archer_splits_over_every_response_token_even_those_a_correction_removed():
+    algo = AlgoConfig(archer={"quantile": 0.8, "eps": 0.5, "kl_high": 0.0}, kl_coef=0.1, kl_kind="k1")
+    logp = torch.zeros(1, 5, requires_grad=True)
+    mb = one_response(logp, entropy=torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]]), ref_logp=torch.zeros(1, 5))
+    mb["loss_mask"] = torch.tensor([[1, 1, 1, 1, 0]], dtype=torch.bool)  # token 5 left the loss
+    sel = select_tokens(algo, mb, Knobs(0.2, 0.2, kl_coef=0.1))
+    # the threshold stays 4.2 (over all five), so no kept token is high; over the kept four it would be 3.4
+    assert sel.prepared["archer_high"].tolist() == [[False] * 4 + [True]]
+    assert int(sel.prepared["archer_n_high"]) == 0 and int(sel.prepared["archer_n_low"]) == 4
+
+
+def test_the_archer_preset_keeps_the_authors_kl_clamp_and_dual_clip():
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "algo" / "archer.yaml")
+    assert (conf.kl_coef, conf.kl_clamp, conf.dual_clip) == (0.001, 10.0, 10.0)
+    assert dict(conf.archer) == {"quantile": 0.8, "eps": 0.5, "kl_high": 0.0}
 
 
 def test_simko_mixes_top_k_into_positive_high_entropy_tokens_and_penalises_negative_top1():
