@@ -24,10 +24,13 @@ from torch import Tensor
 
 SHAPINGS: dict[str, frozenset[str]] = {
     "entropy_adv": frozenset({"alpha", "kappa"}),
-    "gtpo": frozenset({"alpha1", "alpha2", "correct_threshold", "eps"}),
+    "gtpo": frozenset({"alpha1", "alpha2", "correct_threshold", "eps", "norm"}),
     "grpo_s": frozenset({"beta1", "beta2", "correct_threshold", "eps"}),
 }
 """Names accepted by :func:`shape` and the ``algo.token_shaping_args`` keys each one takes."""
+
+GTPO_NORMS = ("set", "group")
+"""How GTPO z-scores its token rewards: over each set's own tokens (O⁺ and O⁻ apart), or over the whole group's."""
 
 REPLACES_ESTIMATOR = frozenset({"gtpo", "grpo_s"})
 """Rules that compute the advantages from rewards and entropy themselves (``algo.advantage`` unused)."""
@@ -50,6 +53,8 @@ def check_args(name: str | None, args: dict[str, Any]) -> None:
             raise ValueError(f"algo.token_shaping_args.alpha={args['alpha']} must be >= 0")
         if not float(args.get("kappa", 2.0)) > 0:
             raise ValueError(f"algo.token_shaping_args.kappa={args['kappa']} must be > 0")
+    if name == "gtpo" and args.get("norm", "set") not in GTPO_NORMS:
+        raise ValueError(f"algo.token_shaping_args.norm={args['norm']!r}; choose one of {list(GTPO_NORMS)}")
     for key in ("alpha1", "alpha2", "beta1", "beta2"):
         if key in args and not float(args[key]) >= 0:
             raise ValueError(f"algo.token_shaping_args.{key}={args[key]} must be >= 0")
@@ -127,7 +132,7 @@ def _share(values: Tensor, mask: Tensor, group_size: int) -> Tensor:
 
 
 def gtpo(rewards: Tensor, entropy: Tensor, response_mask: Tensor, group_size: int, alpha1: float = 1.0,
-         alpha2: float = 0.1, correct_threshold: float = 1.0, eps: float = 1e-6) -> Tensor:
+         alpha2: float = 0.1, correct_threshold: float = 1.0, eps: float = 1e-6, norm: str = "set") -> Tensor:
     """GTPO token advantages (Tan et al. 2025, arXiv 2508.04349), fp32 [B, L].
 
     Within a group, O⁺ are the successful responses (``R ≥ correct_threshold``) and O⁻ the others. At
@@ -146,6 +151,12 @@ def gtpo(rewards: Tensor, entropy: Tensor, response_mask: Tensor, group_size: in
     rewards the z-scoring cancels α₁ and α₂ (every success has R = 1): they matter for non-binary rewards
     only. ``eps`` keeps 1/H finite where H = 0; a position where all the set's entropies are 0 gets share 0. Defaults α₁ = 1, α₂ = 0.1 are the paper's. For non-binary rewards the success term uses R_i
     itself and the failure term −α₁, as the paper's formula reads.
+
+    ``norm="group"`` instead z-scores all of the group's tokens together. That keeps the success/failure
+    signal (success tokens above the group's mean, failure tokens below) and leaves α₁, α₂ meaningful for
+    binary rewards; the per-set reading, measured on the lab, loses it: the accuracy of a 40-iteration run
+    falls (docs/results.md). The paper's Eq. 6 can be read either way; ``set`` follows the published
+    reimplementations.
     """
     mask = _check(entropy, response_mask, rewards.shape[0], group_size)
     success = (rewards.float() >= correct_threshold)[:, None] & mask
@@ -159,6 +170,8 @@ def gtpo(rewards: Tensor, entropy: Tensor, response_mask: Tensor, group_size: in
     penalty = _share(inv, failure, group_size) * h_t
     r = rewards.float()[:, None].expand(mask.shape)
     shaped = torch.where(success, alpha1 * r + alpha2 * bonus, torch.where(failure, -alpha1 - alpha2 * penalty, 0.0))
+    if norm == "group":
+        return _normalise_within(shaped, mask, group_size, eps)
     return _normalise_within(shaped, success, group_size, eps) + _normalise_within(shaped, failure, group_size, eps)
 
 

@@ -57,6 +57,23 @@ def test_gtpo_groups_are_independent_and_a_lone_success_gets_zero():
     assert (lone[0] == 0).all()
 
 
+def test_gtpo_group_norm_z_scores_the_whole_group_and_keeps_the_sign_of_the_reward():
+    # R = [1, 1, 0], H = [[3, 1], [1, 3], [2, 2]]: shaped rewards [[1.15, 1.05], [1.05, 1.15], [-1.1, -1.1]]
+    # (t=0: shares 3/4, 1/4 of d_0 = 2; the lone failure takes the whole penalty h_t = 1 at each position).
+    h, mask = _rows([[3.0, 1.0], [1.0, 3.0], [2.0, 2.0]])
+    rewards = torch.tensor([1.0, 1.0, 0.0])
+    shaped = torch.tensor([1.15, 1.05, 1.05, 1.15, -1.1, -1.1])
+    z = (shaped - shaped.mean()) / (shaped.std() + 1e-6)  # one mean and unbiased std over all six tokens
+    out = ts.gtpo(rewards, h, mask, group_size=3, norm="group")
+    torch.testing.assert_close(out[mask], z, atol=1e-4, rtol=0)  # 0.689, 0.601, 0.601, 0.689, -1.290, -1.290
+    assert (out[:2][mask[:2]] > 0).all() and (out[2][mask[2]] < 0).all()
+    # the per-set reading of the same group: each set centred on itself, so half of the successes' tokens go negative
+    per_set = ts.gtpo(rewards, h, mask, group_size=3)
+    assert (per_set[:2][mask[:2]] < 0).sum() == 2 and (per_set[2] == 0).all()
+    with pytest.raises(ValueError, match="norm='tokens'"):
+        ts.check_args("gtpo", {"norm": "tokens"})
+
+
 def test_grpo_s_hand_group():
     # mean entropies: S1 1 (tokens 0.5, 1.5), S2 3, F1 1, F2 4.
     h, mask = _rows([[0.5, 1.5], [3.0], [1.0], [4.0]])
