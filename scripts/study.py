@@ -8,7 +8,7 @@ Runs every algo x controller (plus the --cells) x seed with ``scripts/train.py``
 at a time, each lane pinned to its own CPU cores (a finished run is not run again, so an interrupted study
 resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
 final entropy, last-5 accuracy, held-out pass@1 and pass@8, band error and seconds per iteration) and
-``<out>/study.png`` (entropy and accuracy curves). ``--summarise-only`` skips running.
+``<out>/study.png`` (entropy and accuracy curves; ``--report NAME`` names them NAME.md, NAME.png). ``--summarise-only`` skips running.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"table columns, comma-separated, from {','.join(COLUMNS)}")
     ap.add_argument("--lanes", type=int, default=1,
                     help="runs at once, each pinned to its own equal share of the CPU cores (default 1)")
+    ap.add_argument("--report", default="study", help="the table and figure are <out>/<report>.md and .png")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -69,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         run_study(plan, args.out, ROOT / "scripts" / "train.py", lanes=args.lanes)
     table, _ = summarise(plan, args.out, tuple(args.columns.split(",")))
     print(table)
-    (args.out / "study.md").write_text(table + "\n")
-    plot(plan, args.out, args.out / "study.png")
-    print(f"wrote {args.out / 'study.md'} and {args.out / 'study.png'}")
+    md, png = args.out / f"{args.report}.md", args.out / f"{args.report}.png"
+    md.write_text(table + "\n")
+    plot(plan, args.out, png)
+    print(f"wrote {md} and {png}")
     return 0
 
 
