@@ -266,18 +266,24 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
     return "\n".join(lines), cells
 
 
-def plot(plan: StudyPlan, out: Path, png: Path) -> None:
-    """Entropy and accuracy against the iteration, mean over seeds, one line per cell."""
+def moving_mean(xs: list[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` points (fewer at the start)."""
+    return [statistics.mean(xs[max(0, i + 1 - window):i + 1]) for i in range(len(xs))]
+
+
+def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5) -> None:
+    """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
+    ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn). Cells with no
+    finished run are left out; the titles give the seeds per cell."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    cells = plan.grid()
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
     colours = plt.get_cmap("tab20").colors
     counts = []
-    for k, (algo, controller) in enumerate(cells):
+    for k, (algo, controller) in enumerate(plan.grid()):
         curves: dict[str, list[list[float]]] = {"rollout/entropy": [], "rollout/accuracy": []}
         for seed in plan.seeds:
             folder = run_dir(out, algo, controller, seed)
@@ -286,22 +292,27 @@ def plot(plan: StudyPlan, out: Path, png: Path) -> None:
                 for tag in curves:
                     if scalars.get(tag):
                         curves[tag].append(values(scalars[tag]))
+        if not curves["rollout/entropy"]:
+            continue
         counts.append(len(curves["rollout/entropy"]))
         style = {"color": colours[k % len(colours)], "linestyle": ("-", "--", ":")[k // len(colours) % 3]}
-        for ax, tag in zip(axes, curves, strict=True):
-            runs = curves[tag]
+        for ax, (tag, runs) in zip(axes, curves.items(), strict=True):
             if not runs:
                 continue
             n = min(len(r) for r in runs)
             mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
+            if tag == "rollout/accuracy":
+                mean = moving_mean(mean, smooth)
             ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
     seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
-    for ax, title in zip(axes, ["rollout/entropy (nats)", "rollout/accuracy"], strict=True):
-        ax.set_title(title + f", mean over {seeds} seeds")
+    titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.80, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.80, 1))
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)

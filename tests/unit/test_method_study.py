@@ -193,3 +193,10 @@ def test_two_lanes_run_each_run_pinned_to_its_own_core(tmp_path: Path) -> None:
     seen.sort()
     assert any(later[0] < earlier[1] for earlier, later in zip(seen, seen[1:], strict=False))  # runs overlapped
     assert "| grpo | none | 2 | 0.400 ± 0.000 |" in summarise(plan, tmp_path)[0]
+
+
+def test_moving_mean_is_trailing() -> None:
+    from lit_entropy.analysis.method_study import moving_mean
+
+    assert moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert moving_mean([1.0, 3.0, 5.0], 5) == [1.0, 2.0, 3.0]
