@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
+from lit_entropy.interrupt import InterruptLatch
 from lit_entropy.objectives.rollout_correction import check_with_algo
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
@@ -123,7 +124,7 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
     if callable(check_prompts):
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
-    callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch()]  # a Ctrl-C is never lost
     check_knob_owners(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
                          _recursive_=False)

@@ -64,7 +64,9 @@ def start_and_signal(run: Path, name: str, sig: int, after: int = J) -> int:
             time.sleep(0.01)
         proc.send_signal(sig)
         code = proc.wait(timeout=300)
-    assert not (run / "checkpoints" / f"iteration-{K:04d}.ckpt").exists(), "the run finished before the signal"
+    assert not (run / "checkpoints" / f"iteration-{K:04d}.ckpt").exists(), (
+        f"the run went on to its end after the signal (exit {code}):\n"
+        + (run.parent / f"{run.name}.out").read_text()[-4000:])
     return code
 
 
