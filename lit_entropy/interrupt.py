@@ -1,12 +1,15 @@
 """A Ctrl-C that cannot be lost.
 
 Python turns SIGINT into a ``KeyboardInterrupt`` raised wherever the main thread happens to be. When that
-is inside a library that catches ``BaseException`` and carries on (or inside a finalizer, where Python
-drops it), the interrupt is gone and the run goes on to its end: seen once in the test suite, where a run
-that got SIGINT in its second iteration finished all four. :class:`InterruptLatch` installs a SIGINT handler
-that remembers the signal before raising, and raises ``KeyboardInterrupt`` again at the next training-batch
-or iteration boundary if the first one never reached Lightning. Lightning then shuts down as for any
-Ctrl-C: ``on_exception`` callbacks run (``exception.ckpt``), and the process exits with status 1.
+is inside library code that catches ``BaseException`` and carries on, the interrupt is gone and the run
+goes on to its end. :class:`InterruptLatch` installs a SIGINT handler that remembers the signal before
+raising, and raises ``KeyboardInterrupt`` again at the next training-batch or iteration boundary if the
+first one never reached Lightning. Lightning then shuts down as for any Ctrl-C: ``on_exception``
+callbacks run (``exception.ckpt``), and the process exits with status 1.
+
+A process that *starts* with SIGINT ignored (a background job of a non-interactive shell, or a child of
+a process that ignores it) keeps ignoring it, by POSIX convention; the latch leaves that alone, as it
+leaves any handler of the user's own. Stop such a run with SIGTERM: it is checkpointed too.
 """
 
 from __future__ import annotations

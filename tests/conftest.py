@@ -1,6 +1,9 @@
 import os
+import signal
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -14,3 +17,17 @@ if "LIT_ENTROPY_DATA" not in os.environ and (ROOT.parent / "shared" / "data").is
     os.environ["LIT_ENTROPY_DATA"] = str(ROOT.parent / "shared" / "data")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(autouse=True)
+def _sigint_restored():
+    """Each test starts and ends with this process's SIGINT disposition unchanged.
+
+    Lightning answers a KeyboardInterrupt in ``fit`` by ignoring SIGINT for good; a test that leaves it
+    so makes every later subprocess inherit the ignore (exec keeps ignored signals ignored), and the
+    Ctrl-C tests then send a SIGINT the child never sees.
+    """
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)

@@ -49,11 +49,18 @@ def train(run: Path, name: str, *extra: str, ok: bool = True) -> subprocess.Comp
     return proc
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT handled by default, even if this process ignores it (exec would
+    keep an ignore, and the child's Python would then never raise KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_and_signal(run: Path, name: str, sig: int, after: int = J) -> int:
     """Start a run, send ``sig`` as soon as the checkpoint after ``after`` iterations exists; its exit code."""
     run.mkdir(parents=True, exist_ok=True)
     with open(run.parent / f"{run.name}.out", "w") as out:
-        proc = subprocess.Popen(_cmd(run, name), cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(_cmd(run, name), cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_sigint_default)
         marker = run / "checkpoints" / f"iteration-{after:04d}.ckpt"
         deadline = time.monotonic() + 400
         while not marker.exists():

@@ -37,6 +37,14 @@ class SeesException(pl.Callback):
         self.seen = exception
 
 
+@pytest.fixture(autouse=True)
+def default_sigint():
+    """Python's own SIGINT handler for each test, whatever an earlier test left (the latch replaces only it)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def fit(callbacks: list[pl.Callback]) -> tuple[SwallowsCtrlC, BaseException | None]:
     model = SwallowsCtrlC()
     trainer = pl.Trainer(max_epochs=2, limit_train_batches=6, limit_val_batches=0, logger=False,
