@@ -124,7 +124,7 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
     if callable(check_prompts):
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
-    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch()]  # a Ctrl-C is never lost
+    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch()]  # a swallowed Ctrl-C is raised again
     check_knob_owners(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
                          _recursive_=False)
