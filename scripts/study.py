@@ -45,12 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--eval-problems", type=int, default=64)
+    ap.add_argument("--eval-n", type=int, default=8, help="samples per held-out problem (the largest k)")
+    ap.add_argument("--eval-ks", default="1,8", help="the k of the held-out pass@k, comma-separated")
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="also evaluate every N iterations during training (default: after the last only)")
     ap.add_argument("--out", type=Path, default=Path("logs/method_study"))
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:OVERRIDES",
                     help="a named set of space-separated overrides, a third axis (repeatable), e.g. "
                          "'bf16:rollout.engine.dtype=bfloat16 correction=tis'")
     ap.add_argument("--columns", default=",".join(DEFAULT_COLUMNS),
                     help=f"table columns, comma-separated, from {','.join(COLUMNS)}")
+    ap.add_argument("--sort", default="acc_last5", help="the column the table ranks cells by, highest first")
     ap.add_argument("--lanes", type=int, default=1,
                     help="runs at once, each pinned to its own equal share of the CPU cores (default 1)")
     ap.add_argument("--report", default="study", help="the table and figure are <out>/<report>.md and .png")
@@ -63,12 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(err))
     plan = StudyPlan(algos=args.algos.split(","), controllers=args.controllers.split(","),
                      seeds=[int(s) for s in args.seeds.split(",")], iterations=args.iterations,
-                     eval_problems=args.eval_problems, overrides=overrides,
+                     eval_problems=args.eval_problems, eval_n=args.eval_n,
+                     eval_ks=tuple(int(k) for k in args.eval_ks.split(",")), eval_every=args.eval_every,
+                     overrides=overrides,
                      variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)},
                      cells=cells)
     if not args.summarise_only:
         run_study(plan, args.out, ROOT / "scripts" / "train.py", lanes=args.lanes)
-    table, _ = summarise(plan, args.out, tuple(args.columns.split(",")))
+    table, _ = summarise(plan, args.out, tuple(args.columns.split(",")), sort_by=args.sort)
     print(table)
     md, png = args.out / f"{args.report}.md", args.out / f"{args.report}.png"
     md.write_text(table + "\n")

@@ -51,7 +51,13 @@ class StudyPlan:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     iterations: int = 40
     eval_problems: int = 64
-    """Held-out Countdown problems evaluated after the last iteration (n = 8 samples each)."""
+    """Held-out Countdown problems evaluated after the last iteration (``eval_n`` samples each)."""
+    eval_n: int = 8
+    """Samples per held-out problem (the largest k of pass@k)."""
+    eval_ks: tuple[int, ...] = (1, 8)
+    """The k of the held-out ``eval/pass@k`` (each <= ``eval_n``)."""
+    eval_every: int | None = None
+    """Evaluate every this many iterations as well as after the last (None: after the last only)."""
     overrides: list[str] = field(default_factory=list)
     """Further Hydra overrides given to every run."""
     variants: dict[str, list[str]] = field(default_factory=dict)
@@ -115,8 +121,9 @@ def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: P
         sys.executable, str(train_script),
         f"algo={algo_name}", f"callbacks/entropy={controller}", f"seed={seed}",
         f"trainer.max_epochs={plan.iterations}", "task_name=method_study",
-        "callbacks/eval=periodic", f"callbacks.eval.every_n_iterations={plan.iterations}",
-        f"callbacks.eval.num_problems={plan.eval_problems}", "callbacks.eval.ks=[1,8]",
+        "callbacks/eval=periodic", f"callbacks.eval.every_n_iterations={plan.eval_every or plan.iterations}",
+        f"callbacks.eval.num_problems={plan.eval_problems}", f"callbacks.eval.n={plan.eval_n}",
+        f"callbacks.eval.ks=[{','.join(map(str, plan.eval_ks))}]",
         f"hydra.run.dir={run_dir(out, algo, controller, seed)}",
         *plan.overrides,
         *plan.variants.get(variant, []),
@@ -204,11 +211,19 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
     last = lambda tag: s[tag][-1] if s.get(tag) else None  # noqa: E731
     mean = lambda tag: statistics.mean(s[tag]) if s.get(tag) else None  # noqa: E731
     masked = [sum(parts) for parts in zip(*(s[t] for t in MASKED_TAGS if s.get(t)), strict=False)]
+    peak = lambda tag: max(s[tag]) if s.get(tag) else None  # noqa: E731
     return {
         "h_final": h[-1],
+        "h_min": min(h),
         "acc_last5": statistics.mean(acc[-5:]),
+        "acc_last20": statistics.mean(acc[-20:]),
+        "acc_peak20": max(moving_mean(acc, 20)),
         "pass@1": last("eval/pass@1"),
         "pass@8": last("eval/pass@8"),
+        "pass@16": last("eval/pass@16"),
+        "pass@64": last("eval/pass@64"),
+        "pass@64_peak": peak("eval/pass@64"),
+        "law_ceiling": law_ceiling(h, acc),
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
         "s_per_it": seconds_per_iteration(folder),
         "mismatch": mean("diag/logp_mismatch_mean"),
@@ -217,10 +232,31 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
     }
 
 
+LAW_FIT_FRACTION = 1 / 3
+"""The entropy-law ceiling is predicted from the first third of a run's iterations."""
+
+
+def law_ceiling(entropy: list[float], accuracy: list[float], fraction: float = LAW_FIT_FRACTION) -> float | None:
+    """The accuracy ``R = -a*exp(H) + b`` predicts at ``H = 0`` (``b - a``), fitted on the first ``fraction``
+    of the iterations only, so that it is a prediction the rest of the run can confirm or refute (the
+    entropy-performance law of Cui et al. 2025); None when that part is too short or its entropy flat."""
+    from lit_entropy.diagnostics.entropy_law import fit_entropy_law
+
+    n = max(3, int(len(entropy) * fraction))
+    if len(entropy) < n:
+        return None
+    try:
+        return fit_entropy_law(entropy[:n], accuracy[:n]).ceiling
+    except ValueError:
+        return None
+
+
 MASKED_TAGS = ("rollout_corr/frac_masked", "rollout_corr/frac_rejected", "rollout_corr/frac_opsm")
 """What a correction took out of the loss (fractions; summed per iteration)."""
 
-COLUMNS = {"h_final": "H final", "acc_last5": "acc (last 5)", "pass@1": "pass@1", "pass@8": "pass@8",
+COLUMNS = {"h_final": "H final", "h_min": "H min", "acc_last5": "acc (last 5)", "acc_last20": "acc (last 20)",
+           "acc_peak20": "acc (best 20)", "pass@1": "pass@1", "pass@8": "pass@8", "pass@16": "pass@16",
+           "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling",
            "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
            "masked": "masked frac"}
 """Every column a run summary has, and its heading."""
@@ -242,8 +278,10 @@ def finished(folder: Path) -> bool:
     return (folder / "done.json").exists() or not (folder / "study_stdout.log").exists()
 
 
-def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COLUMNS) -> tuple[str, dict[str, list[dict]]]:
-    """The Markdown table (one row per cell, best last-5 accuracy first) and each cell's run summaries."""
+def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COLUMNS,
+              sort_by: str = "acc_last5") -> tuple[str, dict[str, list[dict]]]:
+    """The Markdown table (one row per cell, highest ``sort_by`` first: last-5 accuracy unless told) and each
+    cell's run summaries."""
     cells: dict[str, list[dict]] = {}
     for algo, controller, seed in plan.runs():
         folder = run_dir(out, algo, controller, seed)
@@ -252,12 +290,16 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
         summary = run_summary(folder)
         if summary is not None:
             cells.setdefault(cell_name(algo, controller), []).append(summary)
-    unknown = set(columns) - set(COLUMNS)
+    unknown = (set(columns) | {sort_by}) - set(COLUMNS)
     if unknown:
         raise ValueError(f"unknown study columns {sorted(unknown)}; the columns are {list(COLUMNS)}")
     header = "| algo | controller | seeds | " + " | ".join(COLUMNS[key] for key in columns) + " |"
     lines = [header, "|" + "---|" * (3 + len(columns))]
-    order = sorted(cells, key=lambda c: -statistics.mean(r["acc_last5"] for r in cells[c]))
+    def rank(cell: str) -> float:
+        xs = [r[sort_by] for r in cells[cell] if r[sort_by] is not None]
+        return -statistics.mean(xs) if xs else float("inf")
+
+    order = sorted(cells, key=rank)
     for cell in order:
         algo, controller = cell.rsplit("+", 1)
         rows = cells[cell]
@@ -280,11 +322,14 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
+    tags = ["rollout/entropy", "rollout/accuracy"]
+    if plan.eval_every:  # held-out pass@k during training: one panel per k, smallest and largest
+        tags += [f"eval/pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
+    fig, axes = plt.subplots(1, len(tags), figsize=(7 * len(tags), 5))
     colours = plt.get_cmap("tab20").colors
     counts = []
     for k, (algo, controller) in enumerate(plan.grid()):
-        curves: dict[str, list[list[float]]] = {"rollout/entropy": [], "rollout/accuracy": []}
+        curves: dict[str, list[list[float]]] = {tag: [] for tag in tags}
         for seed in plan.seeds:
             folder = run_dir(out, algo, controller, seed)
             if finished(folder):
@@ -303,16 +348,22 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5) -> None:
             mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
             if tag == "rollout/accuracy":
                 mean = moving_mean(mean, smooth)
-            ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
+            if tag.startswith("eval/"):  # evaluated after iterations every, 2*every, ..., and the last
+                xs = [min((i + 1) * plan.eval_every, plan.iterations) for i in range(n)]
+                ax.plot(xs, mean, label=cell_name(algo, controller), lw=1.2, marker=".", **style)
+            else:
+                ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
     seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
     titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
+    titles += [f"held-out {tag}" for tag in tags[2:]]
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.80, 0.5), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.80, 1))
+    right = 1 - 0.2 * 2 / len(tags)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, right, 1))
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)

@@ -170,9 +170,10 @@ def test_two_lanes_run_each_run_pinned_to_its_own_core(tmp_path: Path) -> None:
     plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1], iterations=2)
     fake = tmp_path / "fake_train.py"  # records where it ran, then writes one run's events
     fake.write_text(
-        "import json, os, sys, time\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "import json, os, sys, time\nstart = time.time()\nfrom pathlib import Path\n"
+        "from torch.utils.tensorboard import SummaryWriter\n"
         "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
-        "(d / 'pinned.json').write_text(json.dumps({'cores': sorted(os.sched_getaffinity(0)), 'start': time.time(),"
+        "(d / 'pinned.json').write_text(json.dumps({'cores': sorted(os.sched_getaffinity(0)), 'start': start,"
         " 'omp': os.environ['OMP_NUM_THREADS'], 'bind': os.environ['VLLM_CPU_OMP_THREADS_BIND']}))\n"
         "time.sleep(1.0)\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\n"
@@ -200,3 +201,45 @@ def test_moving_mean_is_trailing() -> None:
 
     assert moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert moving_mean([1.0, 3.0, 5.0], 5) == [1.0, 2.0, 3.0]
+
+
+def test_train_command_passes_the_held_out_evaluation_settings(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], iterations=200, eval_n=64, eval_ks=(1, 16, 64),
+                     eval_every=25, eval_problems=32)
+    cmd = train_command(plan, "grpo", "none", 0, tmp_path, ROOT / "scripts" / "train.py")
+    assert {"callbacks.eval.every_n_iterations=25", "callbacks.eval.n=64", "callbacks.eval.ks=[1,16,64]",
+            "callbacks.eval.num_problems=32"} <= set(cmd)
+
+
+def test_law_ceiling_is_predicted_from_the_first_third_only() -> None:
+    import math
+
+    from lit_entropy.analysis.method_study import law_ceiling
+
+    h = [0.6 - 0.01 * i for i in range(30)]
+    exact = [0.8 - 0.5 * math.exp(x) for x in h[:10]]  # R = -a*exp(H) + b, a = 0.5, b = 0.8: ceiling 0.3
+    later = [0.9] * 20  # what the rest of the run does cannot move the prediction
+    assert law_ceiling(h, exact + later) == pytest.approx(0.3)
+    assert law_ceiling([0.5] * 30, [0.2] * 30) is None  # a flat entropy predicts nothing
+    assert law_ceiling(h[:2], exact[:2]) is None
+
+
+def test_summary_reads_large_k_pass_at_and_its_peak_and_ranks_by_a_chosen_column(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo", "clip_cov"], controllers=["none"], seeds=[0])
+    for algo, p64 in [("grpo", [0.6, 0.7, 0.5]), ("clip_cov", [0.6, 0.7, 0.75])]:
+        folder = run_dir(tmp_path, algo, "none", 0)
+        writer = SummaryWriter(str(folder / "tensorboard"))
+        for i in range(30):
+            writer.add_scalar("rollout/entropy", 0.5 - 0.01 * i, i)
+            writer.add_scalar("rollout/accuracy", 0.6 if algo == "grpo" else 0.4, i)
+        for j, v in enumerate(p64):
+            writer.add_scalar("eval/pass@64", v, 10 * (j + 1))
+        writer.close()
+    s = run_summary(run_dir(tmp_path, "grpo", "none", 0))
+    assert s["pass@64"] == pytest.approx(0.5) and s["pass@64_peak"] == pytest.approx(0.7)
+    assert s["h_min"] == pytest.approx(0.21)
+    by_acc, _ = summarise(plan, tmp_path, ("acc_last20", "pass@64"))
+    by_p64, _ = summarise(plan, tmp_path, ("acc_last20", "pass@64"), sort_by="pass@64")
+    assert by_acc.splitlines()[2].startswith("| grpo |") and by_p64.splitlines()[2].startswith("| clip_cov |")
+    with pytest.raises(ValueError, match="unknown study columns"):
+        summarise(plan, tmp_path, ("acc_last20",), sort_by="nonsense")
