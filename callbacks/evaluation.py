@@ -1,6 +1,7 @@
 """PeriodicEvalCallback — the optional in-training validation loop.
 
-Every ``every_n_iterations`` RL iterations (and after the last one) it samples ``n`` completions for
+Every ``every_n_iterations`` RL iterations (and after the last one; with ``at_start`` also once before the
+first update, logged at step 0, so a curve starts from the policy training began with) it samples ``n`` completions for
 each of ``num_problems`` held-out problems with the run's own sampler (engine, top_p and stop strings as
 in training; ``temperature`` and ``max_new_tokens`` may differ), scores them with the task's reward, and logs ``eval/accuracy``, ``eval/mean@k`` and
 ``eval/pass@k`` (unbiased estimator, torchmetrics states summed across ranks) via
@@ -30,6 +31,7 @@ class PeriodicEvalCallback(pl.Callback):
         temperature: float | None = None,
         max_new_tokens: int | None = None,
         seed: int = 0,
+        at_start: bool = False,
     ) -> None:
         if every_n_iterations < 1 or num_problems < 1 or n < 1:
             raise ValueError("callbacks.eval: every_n_iterations, num_problems and n must be >= 1")
@@ -43,12 +45,24 @@ class PeriodicEvalCallback(pl.Callback):
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self.seed = seed
+        self.at_start = bool(at_start)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """With ``at_start``: the policy before any update (not again when a run resumes)."""
+        if not self.at_start or trainer.current_epoch > 0 or trainer.global_step > 0:
+            return
+        metrics = self._evaluate(trainer, pl_module)
+        for logger in trainer.loggers:  # at step 0, before the first iteration's metrics
+            logger.log_metrics(metrics, step=0)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         it = trainer.current_epoch
         last = trainer.max_epochs is not None and it + 1 >= trainer.max_epochs
         if (it + 1) % self.every and not last:
             return
+        pl_module.log_dict(self._evaluate(trainer, pl_module), on_step=False, on_epoch=True, batch_size=1)
+
+    def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
         dm = trainer.datamodule
         prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
         bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
@@ -56,5 +70,4 @@ class PeriodicEvalCallback(pl.Callback):
                    if v is not None}  # the rest (top_p, stop strings, the reward runner) as in training
         result = evaluate(bundle, prompts, dm.sampler.with_sampling(**changes), n=self.n, ks=self.ks, seed=self.seed,
                           encode=lambda text: dm.encode_prompt(pl_module.tokenizer, text))
-        metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+        return {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}

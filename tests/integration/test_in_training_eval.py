@@ -24,3 +24,14 @@ def test_periodic_eval_logs_pass_at_k(tmp_path):
     p1 = [v for _, v in scalars["eval/pass@1"]]
     p4 = [v for _, v in scalars["eval/pass@4"]]
     assert all(a <= b + 1e-9 for a, b in zip(p1, p4, strict=True))
+
+
+def test_periodic_eval_at_start_logs_the_starting_policy_at_step_0(tmp_path):
+    run_train(tmp_path, "rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=3",
+              "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]",
+              "callbacks.eval.at_start=true")
+    scalars = read_scalars(tmp_path / "run")
+    steps = [s for s, _ in scalars["eval/pass@4"]]
+    assert len(steps) == 2 and steps[0] == 0 < steps[1]  # before the first update, then after the last
+    assert min(s for s, _ in scalars["rollout/entropy"]) > 0  # every iteration's metrics come after it
+    assert all(0 <= v <= 1 for _, v in scalars["eval/pass@1"])
