@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lanes", type=int, default=1,
                     help="runs at once, each pinned to its own equal share of the CPU cores (default 1)")
     ap.add_argument("--report", default="study", help="the table and figure are <out>/<report>.md and .png")
+    ap.add_argument("--start-eval", type=Path, default=None,
+                    help="scripts/evaluate.py's JSON of the policy every run starts from: drawn at iteration 0 "
+                         "of the pass@k panels (runs with callbacks.eval.at_start=true log their own)")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -79,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     md, png = args.out / f"{args.report}.md", args.out / f"{args.report}.png"
     md.write_text(table + "\n")
-    plot(plan, args.out, png)
+    start = None
+    if args.start_eval is not None:
+        import json
+
+        start = {k: float(v) for k, v in json.loads(args.start_eval.read_text()).items() if k.startswith("eval/")}
+    plot(plan, args.out, png, start=start)
     print(f"wrote {md} and {png}")
     return 0
 

@@ -203,7 +203,8 @@ def seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float |
 
 def run_summary(folder: Path) -> dict[str, float | None] | None:
     """One run's numbers (None where a run did not log the tag); None if it logged no entropy."""
-    s = {tag: values(points) for tag, points in read_scalars(folder).items()}
+    raw = read_scalars(folder)
+    s = {tag: values(points) for tag, points in raw.items()}
     h, acc = s.get("rollout/entropy"), s.get("rollout/accuracy")
     if not h or not acc:
         return None
@@ -211,7 +212,8 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
     last = lambda tag: s[tag][-1] if s.get(tag) else None  # noqa: E731
     mean = lambda tag: statistics.mean(s[tag]) if s.get(tag) else None  # noqa: E731
     masked = [sum(parts) for parts in zip(*(s[t] for t in MASKED_TAGS if s.get(t)), strict=False)]
-    peak = lambda tag: max(s[tag]) if s.get(tag) else None  # noqa: E731
+    during = {tag: [v for step, v in points if step > 0] for tag, points in raw.items() if tag.startswith("eval/")}
+    peak = lambda tag: max(during[tag]) if during.get(tag) else None  # noqa: E731  (not the at-start value)
     return {
         "h_final": h[-1],
         "h_min": min(h),
@@ -313,10 +315,20 @@ def moving_mean(xs: list[float], window: int) -> list[float]:
     return [statistics.mean(xs[max(0, i + 1 - window):i + 1]) for i in range(len(xs))]
 
 
-def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5) -> None:
+def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[int, float]:
+    """One run's held-out ``tag`` by iteration: an evaluation after iteration i is logged at the step of that
+    iteration's ``rollout/entropy``, one at start (``callbacks.eval.at_start``) at step 0 = iteration 0."""
+    ends = [step for step, _ in scalars.get("rollout/entropy", [])]
+    return {sum(1 for e in ends if e <= step): v for step, v in scalars.get(tag, [])}
+
+
+def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
     """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
-    ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn). Cells with no
-    finished run are left out; the titles give the seeds per cell."""
+    ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
+    held-out evaluation, a panel each for the smallest and largest k. ``start``: held-out values of the
+    policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
+    iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
+    titles give the seeds per cell."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -325,17 +337,23 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5) -> None:
     tags = ["rollout/entropy", "rollout/accuracy"]
     if plan.eval_every:  # held-out pass@k during training: one panel per k, smallest and largest
         tags += [f"eval/pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
-    fig, axes = plt.subplots(1, len(tags), figsize=(7 * len(tags), 5))
+    fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
     colours = plt.get_cmap("tab20").colors
     counts = []
     for k, (algo, controller) in enumerate(plan.grid()):
-        curves: dict[str, list[list[float]]] = {tag: [] for tag in tags}
+        curves: dict[str, list] = {tag: [] for tag in tags}
         for seed in plan.seeds:
             folder = run_dir(out, algo, controller, seed)
-            if finished(folder):
-                scalars = read_scalars(folder)
+            scalars = read_scalars(folder) if finished(folder) else {}
+            if scalars.get("rollout/entropy"):  # a run that logged (not a folder yet to be made)
                 for tag in curves:
-                    if scalars.get(tag):
+                    if tag.startswith("eval/"):
+                        series = eval_series(scalars, tag)
+                        if start and tag in start:
+                            series.setdefault(0, start[tag])
+                        if series:
+                            curves[tag].append(series)
+                    elif scalars.get(tag):
                         curves[tag].append(values(scalars[tag]))
         if not curves["rollout/entropy"]:
             continue
@@ -344,15 +362,16 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5) -> None:
         for ax, (tag, runs) in zip(axes, curves.items(), strict=True):
             if not runs:
                 continue
+            if tag.startswith("eval/"):  # the iterations every seed evaluated after
+                xs = sorted(set.intersection(*(set(r) for r in runs)))
+                mean = [statistics.mean(r[x] for r in runs) for x in xs]
+                ax.plot(xs, mean, label=cell_name(algo, controller), lw=1.2, marker=".", **style)
+                continue
             n = min(len(r) for r in runs)
             mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
             if tag == "rollout/accuracy":
                 mean = moving_mean(mean, smooth)
-            if tag.startswith("eval/"):  # evaluated after iterations every, 2*every, ..., and the last
-                xs = [min((i + 1) * plan.eval_every, plan.iterations) for i in range(n)]
-                ax.plot(xs, mean, label=cell_name(algo, controller), lw=1.2, marker=".", **style)
-            else:
-                ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
+            ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
     seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
     titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
     titles += [f"held-out {tag}" for tag in tags[2:]]

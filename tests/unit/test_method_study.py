@@ -243,3 +243,25 @@ def test_summary_reads_large_k_pass_at_and_its_peak_and_ranks_by_a_chosen_column
     assert by_acc.splitlines()[2].startswith("| grpo |") and by_p64.splitlines()[2].startswith("| clip_cov |")
     with pytest.raises(ValueError, match="unknown study columns"):
         summarise(plan, tmp_path, ("acc_last20",), sort_by="nonsense")
+
+
+def test_eval_series_places_each_evaluation_at_its_iteration_and_the_start_at_0() -> None:
+    from lit_entropy.analysis.method_study import eval_series
+
+    # 4 optimizer steps per iteration: iteration i's metrics at step 4i - 1; evaluations after 2 and 3
+    scalars = {"rollout/entropy": [(4 * i - 1, 0.5) for i in range(1, 4)],
+               "eval/pass@64": [(0, 0.9), (7, 0.6), (11, 0.5)]}
+    assert eval_series(scalars, "eval/pass@64") == {0: 0.9, 2: 0.6, 3: 0.5}
+    assert eval_series(scalars, "eval/pass@16") == {}
+
+
+def test_the_peak_of_pass_at_k_leaves_out_the_at_start_evaluation(tmp_path: Path) -> None:
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for i in range(1, 7):
+        writer.add_scalar("rollout/entropy", 0.5, i)
+        writer.add_scalar("rollout/accuracy", 0.2, i)
+    for step, v in [(0, 0.95), (3, 0.6), (6, 0.5)]:
+        writer.add_scalar("eval/pass@64", v, step)
+    writer.close()
+    s = run_summary(tmp_path)
+    assert s["pass@64_peak"] == pytest.approx(0.6) and s["pass@64"] == pytest.approx(0.5)
