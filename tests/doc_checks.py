@@ -259,3 +259,22 @@ def unknown_config_names(text: str, groups: dict[str, set[str]] | None = None,
         elif option and option.group(1).split("/", 1)[0] in roots and option.group(1) not in groups:
             problems.append(f"line {number}: {token}: {option.group(1)} is not a config group")
     return problems
+
+
+def our_columns(text: str) -> str:
+    """``text`` with each Markdown table cut to the columns that hold our names: those whose header says
+    ``lit-entropy`` or starts with ``our`` (a page that maps other projects' keys to ours). Tables without
+    such a column and lines outside tables are kept whole."""
+    out: list[str] = []
+    keep: list[int] | None = None
+    for line in text.splitlines():
+        if not line.lstrip().startswith("|"):
+            keep = None
+            out.append(line)
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if keep is None:  # a header row
+            ours = [i for i, c in enumerate(cells) if "lit-entropy" in c or c.lower().startswith("our")]
+            keep = ours or list(range(len(cells)))
+        out.append(" | ".join(cells[i] for i in keep if i < len(cells)))
+    return "\n".join(out)

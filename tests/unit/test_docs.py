@@ -15,6 +15,7 @@ from tests.doc_checks import (
     github_slug,
     known_keys,
     markdown_files,
+    our_columns,
     unknown_config_names,
 )
 from tests.helpers import ROOT
@@ -35,6 +36,18 @@ def test_no_dangling_link_or_anchor(path):
 
 def test_readme_names_only_config_groups_options_and_keys_that_exist():
     assert unknown_config_names(README.read_text(encoding="utf-8")) == []
+
+
+def test_the_trl_and_verl_mapping_names_only_our_keys_that_exist():
+    text = (ROOT / "docs" / "from_trl_verl.md").read_text(encoding="utf-8")
+    assert unknown_config_names(our_columns(text)) == []
+
+
+def test_our_columns_keeps_only_the_columns_with_our_names():
+    table = "| what | TRL | lit-entropy |\n|---|---|---|\n| clip | `epsilon` | `algo.eps_lowww` |\n\nprose `algo.kl_coef`"
+    kept = our_columns(table)
+    assert "epsilon" not in kept and "algo.eps_lowww" in kept and "prose" in kept
+    assert [p.split(": ")[1] for p in unknown_config_names(kept)] == ["algo.eps_lowww"]
 
 
 def test_the_new_pages_exist_and_are_linked_from_the_readme():
