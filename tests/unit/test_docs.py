@@ -137,3 +137,25 @@ def test_unknown_config_names_are_reported():
 def test_markdown_files_cover_readme_and_every_docs_page():
     files = markdown_files()
     assert files[0] == README and Path(ROOT / "docs" / "design.md") in files
+
+
+def _table_rows(text: str, heading: str) -> dict[str, list[str]]:
+    """First cell -> the other cells, for the table rows of the section under ``heading``."""
+    section = text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and not set(cells[0]) <= set("-: ") and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_readme_default_run_table_repeats_results_md():
+    readme = _table_rows(README.read_text(encoding="utf-8"), "## What the default run shows")
+    results = _table_rows((ROOT / "docs" / "results.md").read_text(encoding="utf-8"), "## The default run")
+    figures = {k: v for k, v in readme.items() if k}
+    assert len(figures) >= 3
+    for name, cells in figures.items():
+        if not any(ch.isdigit() for ch in "".join(cells)):
+            continue  # the header row
+        assert results.get(name) == cells, f"README's {name!r} row differs from docs/results.md's"
