@@ -162,7 +162,7 @@ class TinyLabPolicy:
                 raise ValueError(
                     f"model=tiny_countdown (the lab's character model) cannot read these prompts: prompt {i} "
                     f"{prompt.text[:60]!r} has characters outside its alphabet {tok.alphabet!r}: {unknown[:10]}; "
-                    "use model=hf with a real tokenizer (README: Real Hugging Face models)")
+                    "use model=hf with a real tokenizer (docs/usage.md, 'Real Hugging Face models')")
             need = 1 + len(prompt.text) + max_new_tokens  # BOS, the prompt, the completion
             if need > context:
                 raise ValueError(

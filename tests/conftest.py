@@ -11,7 +11,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # tests never download a data set
-# The real math sets, when a folder of them sits beside the checkout (as on the project's CI machines); the
+# The real math sets, when a folder of them sits next to the checkout as shared/data; the
 # tests that need them skip with the reason otherwise.
 if "LIT_ENTROPY_DATA" not in os.environ and (ROOT.parent / "shared" / "data").is_dir():
     os.environ["LIT_ENTROPY_DATA"] = str(ROOT.parent / "shared" / "data")
