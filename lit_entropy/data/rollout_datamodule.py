@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.trainer.states import TrainerStatus
 from torch.utils.data import DataLoader
 
 from lit_entropy.checkpointing import preserved_rng
@@ -70,6 +71,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.chat_template = chat_template
         self.system_prompt = system_prompt
         s = sampler.sampling if sampler is not None else None
+        self._finish: Any = None
         self.producer = (Producer(s.max_staleness, s.staleness_policy, engine_cores=s.engine_cores)
                          if s is not None and s.max_staleness > 0 else None)
         if self.producer is not None:
@@ -109,15 +111,16 @@ class RolloutDataModule(pl.LightningDataModule):
             metrics = {"time/generate": 0.0, "time/score": 0.0}
             return self.sample_batch(tok, j, metrics, first=pre), metrics
 
+        self._finish = finish
+
         waited = producer.drain(finish)  # batches in flight land in the boundary's checkpoint
         call_hooks(trainer, "on_rollout_start")
         self.start(policy)
         t0 = time.perf_counter()
         self.sampler.sync(policy.model, iteration)  # version `iteration`; no generation is in flight
         t_sync = time.perf_counter() - t0
-        last = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
-        for j in producer.wanted(iteration, last):
-            producer.launch(j, iteration, self.generation_job(tok, j))
+        for j in producer.wanted(iteration):
+            producer.launch(j, iteration, self.generation_job(tok, j))  # past max_epochs too: a longer resume
         waited += producer.drain(finish, upto=iteration)  # only the first iteration (or a resume) waits here
         taken = producer.take(iteration)
         if taken is None:  # policy `wait` on a batch over the bound: sampled again from the current weights
@@ -147,7 +150,13 @@ class RolloutDataModule(pl.LightningDataModule):
                                                                  first_index=first))
 
     def state_dict(self) -> dict[str, Any]:
-        """With ``rollout.max_staleness`` >= 1: the batches sampled ahead (empty, so not saved, otherwise)."""
+        """With ``rollout.max_staleness`` >= 1: the batches sampled ahead (empty, so not saved, otherwise). The end
+        of training's checkpoint waits for the batch in flight (a longer resume trains on it); an exception's
+        checkpoint leaves it out."""
+        trainer = getattr(self, "_trainer", None)
+        if (self.producer is not None and self.producer.inflight and self._finish is not None and trainer is not None
+                and trainer.state.status == TrainerStatus.RUNNING):
+            self.producer.drain(self._finish)
         return {"overlap": self.producer.state_dict()} if self.producer is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
