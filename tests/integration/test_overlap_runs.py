@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 ITERS = 3
 TINY = ["debug=smoke", f"trainer.max_epochs={ITERS}", "batch.prompts_per_iter=6", "batch.group_size=4",
         "reward.mode=inline", "~callbacks.progress", "+trainer.enable_progress_bar=false"]
-ABSENT = ["~rollout.max_staleness", "~rollout.staleness_policy", "~rollout.engine_cores"]
+ABSENT = ["~rollout.max_staleness", "~rollout.staleness_policy"]  # engine_cores: null, the default
 
 
 def train(run: Path, *overrides: str, timeout: int = 600) -> dict[str, list[tuple[int, float]]]:
