@@ -72,6 +72,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.system_prompt = system_prompt
         s = sampler.sampling if sampler is not None else None
         self._finish: Any = None
+        self._warm = False
         self.producer = (Producer(s.max_staleness, s.staleness_policy, engine_cores=s.engine_cores)
                          if s is not None and s.max_staleness > 0 else None)
         if self.producer is not None:
@@ -121,7 +122,11 @@ class RolloutDataModule(pl.LightningDataModule):
         t_sync = time.perf_counter() - t0
         for j in producer.wanted(iteration):
             producer.launch(j, iteration, self.generation_job(tok, j))  # past max_epochs too: a longer resume
-        waited += producer.drain(finish, upto=iteration)  # only the first iteration (or a resume) waits here
+        # The first iteration of a process (the start, a resume) waits for every batch it launched: the resumed
+        # process's first background generation must not run beside an update either (the uninterrupted run's
+        # did not), which the SIGKILL resume test found to change the update's last bits (cause not pinned down).
+        waited += producer.drain(finish, upto=None if not self._warm else iteration)
+        self._warm = True
         taken = producer.take(iteration)
         if taken is None:  # policy `wait` on a batch over the bound: sampled again from the current weights
             producer.launch(iteration, iteration, self.generation_job(tok, iteration))
