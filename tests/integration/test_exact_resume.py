@@ -184,6 +184,8 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, baseline, na
 OVERLAP = ("rollout.max_staleness=1",)
 
 
+@pytest.mark.xfail(reason="issue 29, open: after the resume train/* and the weights differ by ~1e-6 from the "
+                   "second optimizer step of the first resumed iteration (rollout scalars equal); docs/overlap.md")
 @pytest.mark.parametrize("name", ["entrocraft_hard", pytest.param("none", marks=pytest.mark.slow)])
 def test_sigkill_mid_overlap_then_resume_equals_uninterrupted(tmp_path, baseline, name):
     """``rollout.max_staleness=1`` (issue 29), vLLM (entrocraft_hard) and HF: the checkpoint of iteration J holds
