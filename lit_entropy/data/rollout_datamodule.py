@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.trainer.states import TrainerStatus
 from torch.utils.data import DataLoader
 
 from lit_entropy.checkpointing import preserved_rng
@@ -30,6 +31,7 @@ from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.data.prompts import PromptSource
 from lit_entropy.models import PolicyBundle
 from lit_entropy.rollout.base import Generation
+from lit_entropy.rollout.overlap import Producer, staleness_metrics
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.utils import dist
 
@@ -68,6 +70,13 @@ class RolloutDataModule(pl.LightningDataModule):
         self.seed = seed
         self.chat_template = chat_template
         self.system_prompt = system_prompt
+        s = sampler.sampling if sampler is not None else None
+        self._finish: Any = None
+        self._warm = False
+        self.producer = (Producer(s.max_staleness, s.staleness_policy, engine_cores=s.engine_cores)
+                         if s is not None and s.max_staleness > 0 else None)
+        if self.producer is not None:
+            sampler.producer = self.producer
 
     # ---- one iteration ---------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
@@ -75,6 +84,8 @@ class RolloutDataModule(pl.LightningDataModule):
         trainer = self.trainer
         policy: TrainablePolicy = trainer.lightning_module
         iteration = trainer.current_epoch
+        if self.producer is not None:
+            return self.overlapped_iteration(trainer, policy, iteration)
         call_hooks(trainer, "on_rollout_start")  # the iteration boundary: checkpoints are written here
         self.start(policy)
         metrics = {"time/generate": 0.0, "time/score": 0.0}
@@ -91,6 +102,72 @@ class RolloutDataModule(pl.LightningDataModule):
         policy.rollout = batch
         return self.minibatch_loader(batch, iteration)  # 5. one optimizer step per minibatch
 
+    def overlapped_iteration(self, trainer: pl.Trainer, policy: TrainablePolicy, iteration: int) -> DataLoader:
+        """``train_dataloader`` with ``rollout.max_staleness = k >= 1`` (:mod:`lit_entropy.rollout.overlap`): batch
+        ``iteration`` was sampled by weight version ``max(0, iteration - k)``, mostly during the previous update,
+        and batch ``iteration + k`` is launched from the current weights before this update."""
+        producer, tok = self.producer, policy.tokenizer
+
+        def finish(j: int, pre: tuple) -> tuple[RolloutBatch, dict[str, float]]:
+            metrics = {"time/generate": 0.0, "time/score": 0.0}
+            return self.sample_batch(tok, j, metrics, first=pre), metrics
+
+        self._finish = finish
+
+        waited = producer.drain(finish)  # batches in flight land in the boundary's checkpoint
+        call_hooks(trainer, "on_rollout_start")
+        self.start(policy)
+        t0 = time.perf_counter()
+        self.sampler.sync(policy.model, iteration)  # version `iteration`; no generation is in flight
+        t_sync = time.perf_counter() - t0
+        for j in producer.wanted(iteration):
+            producer.launch(j, iteration, self.generation_job(tok, j))  # past max_epochs too: a longer resume
+        # The first iteration of a process (the start, a resume) waits for every batch it launched: the resumed
+        # process's first background generation must not run beside an update either (the uninterrupted run's
+        # did not), which the SIGKILL resume test found to change the update's last bits (cause not pinned down).
+        waited += producer.drain(finish, upto=None if not self._warm else iteration)
+        self._warm = True
+        taken = producer.take(iteration)
+        if taken is None:  # policy `wait` on a batch over the bound: sampled again from the current weights
+            producer.launch(iteration, iteration, self.generation_job(tok, iteration))
+            waited += producer.drain(finish, upto=iteration)
+            taken = producer.take(iteration)
+        batch, metrics, dropped = taken
+        policy.prepare_rollout(batch)
+        metrics.update({"time/sync": t_sync, "time/wait_rollout": waited, "rollout/stale_dropped_rows": float(dropped)})
+        batch.metrics = {**metrics, **batch.metrics}
+        t0 = time.perf_counter()
+        call_hooks(trainer, "on_rollout_batch", batch)
+        if dropped:  # policy `drop`: rows over the bound leave the update
+            batch.keep = torch.zeros_like(batch.keep)
+        batch.metrics.update(staleness_metrics(batch, iteration))
+        batch.metrics["control/kept_frac"] = float(batch.keep.float().mean())
+        batch.metrics["time/prepare"] = batch.metrics.get("time/prepare", 0.0) + time.perf_counter() - t0
+        policy.rollout = batch
+        return self.minibatch_loader(batch, iteration)
+
+    def generation_job(self, tok: Any, iteration: int) -> Any:
+        """The engine's part of batch ``iteration``'s first sampling round (this rank's prompts, sampled and scored),
+        as a function for the producer's thread; prompts and seeds are drawn here, as the synchronous path does."""
+        prompts, prompt_ids, first, last, seed = self._round_inputs(tok, iteration, 0)
+        G = self.batch.group_size
+        return lambda: (prompts, prompt_ids, self.sampler.sample(prompts[first:last], prompt_ids[first:last], G, seed,
+                                                                 first_index=first))
+
+    def state_dict(self) -> dict[str, Any]:
+        """With ``rollout.max_staleness`` >= 1: the batches sampled ahead (empty, so not saved, otherwise). The end
+        of training's checkpoint waits for the batch in flight (a longer resume trains on it); an exception's
+        checkpoint leaves it out."""
+        trainer = getattr(self, "_trainer", None)
+        if (self.producer is not None and self.producer.inflight and self._finish is not None and trainer is not None
+                and trainer.state.status == TrainerStatus.RUNNING):
+            self.producer.drain(self._finish)
+        return {"overlap": self.producer.state_dict()} if self.producer is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.producer is not None and "overlap" in state_dict:
+            self.producer.load_state_dict(state_dict["overlap"])
+
     def minibatch_loader(self, batch: RolloutBatch, iteration: int) -> DataLoader:
         """The kept rows, shuffled into ``num_minibatches`` minibatches, ``ppo_epochs`` times."""
         gen = torch.Generator().manual_seed(self.seed * 7919 + iteration)
@@ -104,18 +181,22 @@ class RolloutDataModule(pl.LightningDataModule):
         # epochs than in a resumed one's first; from the global RNG that would break exact resume.
         return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x, generator=gen)
 
-    def sample_batch(self, tok: Any, iteration: int, metrics: dict[str, float]) -> RolloutBatch:
+    def sample_batch(self, tok: Any, iteration: int, metrics: dict[str, float], first: tuple | None = None
+                     ) -> RolloutBatch:
         """Draw prompts, sample G completions each, score them: one right-padded batch.
 
         With ``batch.dynamic_sampling`` (DAPO) groups whose rewards are all equal are dropped and more
         prompts are drawn, up to ``batch.max_sampling_rounds`` extra rounds, until the batch is full.
+        ``first``: the first round's prompts, ids and this rank's scored samples, already generated
+        (:meth:`generation_job`).
         """
         cfg, G = self.batch, self.batch.group_size
         rounds = 1 + (cfg.max_sampling_rounds if cfg.dynamic_sampling else 0)
         kept: list[tuple] = []  # (prompt, prompt ids, generations, rewards, texts) per group
         errors = 0
         for rnd in range(rounds):
-            groups, round_metrics, round_errors = self._sample_round(tok, iteration, rnd, metrics)
+            groups, round_metrics, round_errors = self._sample_round(tok, iteration, rnd, metrics,
+                                                                     first if rnd == 0 else None)
             errors += round_errors
             if rnd == 0:
                 first_round_metrics, first_groups = round_metrics, groups
@@ -139,14 +220,24 @@ class RolloutDataModule(pl.LightningDataModule):
             metrics["rollout/kept_groups_frac"] = signal_groups / cfg.prompts_per_iter
         return batch
 
-    def _sample_round(self, tok: Any, iteration: int, rnd: int, metrics: dict) -> tuple[list, dict, int]:
-        """Draw, sample and score one round of prompts: this rank's block, then all-gathered."""
-        G = self.batch.group_size
+    def _round_inputs(self, tok: Any, iteration: int, rnd: int) -> tuple[list, list[list[int]], int, int, int]:
+        """A round's prompts, their ids, this rank's block ``[first, last)`` and the sampling seed."""
         prompts = self.prompts.sample(self.batch.prompts_per_iter, iteration, rnd)
         prompt_ids = [self.encode_prompt(tok, p.text) for p in prompts]
         first, last = dist.shard_bounds(len(prompts))
         seed = random.Random(f"{self.seed}:gen:{iteration}:{rnd}").randrange(2**30)
-        mine = self.sampler.sample(prompts[first:last], prompt_ids[first:last], G, seed, first_index=first)
+        return prompts, prompt_ids, first, last, seed
+
+    def _sample_round(self, tok: Any, iteration: int, rnd: int, metrics: dict, pre: tuple | None = None
+                      ) -> tuple[list, dict, int]:
+        """Draw, sample and score one round of prompts: this rank's block, then all-gathered (``pre``: the
+        prompts, ids and this rank's samples, generated already)."""
+        G = self.batch.group_size
+        if pre is None:
+            prompts, prompt_ids, first, last, seed = self._round_inputs(tok, iteration, rnd)
+            mine = self.sampler.sample(prompts[first:last], prompt_ids[first:last], G, seed, first_index=first)
+        else:
+            prompts, prompt_ids, mine = pre
         metrics["time/generate"] += mine.time_generate
         t0 = time.perf_counter()
         parts = dist.gather_objects((mine.generations, mine.rewards, mine.texts, mine.errors))  # rank order
@@ -183,12 +274,18 @@ class RolloutDataModule(pl.LightningDataModule):
                 PolicyBundle(policy.model, policy.tokenizer, policy.policy_path), self.prompts.reward_fn,
                 self.prompts.reward_kwargs, world_size=world, precision=trainer.precision if trainer else None,
                 generation_batch=-(-self.batch.prompts_per_iter // world) * self.batch.group_size)
+        if self.producer is not None:  # engines that cannot run beside the update keep the schedule, not the overlap
+            self.producer.background = bool(getattr(self.sampler.engine, "overlaps_update", False))
 
     def teardown(self, stage: str) -> None:
+        if self.producer is not None:
+            self.producer.close()
         if self.sampler is not None:
             self.sampler.close_rewards()
 
     def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
         if self.sampler is not None:
             self.sampler.close()
 

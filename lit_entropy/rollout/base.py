@@ -30,6 +30,16 @@ class SamplingConfig:
     temperature_error: float = 0.0
     """Mismatch testbed: the engine samples at ``temperature + temperature_error``; the trainer scores at
     ``temperature``."""
+    max_staleness: int = 0
+    """One-step-off overlap (:mod:`lit_entropy.rollout.overlap`): with k >= 1 the engine samples iteration
+    i + k's batch while the trainer updates on iteration i's, so rows are up to k weight versions old; 0 = the
+    synchronous iteration."""
+    staleness_policy: str = "wait"
+    """What a batch older than ``max_staleness`` versions meets: ``wait`` (sampled again from the current
+    weights) or ``drop`` (its rows are dropped, no update that iteration)."""
+    engine_cores: Sequence[int] | None = None
+    """With ``max_staleness`` >= 1 on CPU: the cores the generating thread is pinned to (the trainer's
+    thread gets the others); None = no pinning."""
 
     def __post_init__(self) -> None:
         self.stop = tuple(str(s) for s in (self.stop or ()))
@@ -45,6 +55,13 @@ class SamplingConfig:
         if not self.engine_temperature > 0:
             raise ValueError(f"rollout.temperature + rollout.temperature_error = {self.engine_temperature} "
                              "must be > 0")
+        from lit_entropy.rollout.overlap import check
+
+        check(self.max_staleness, self.staleness_policy, self.sync_every)
+        if self.engine_cores is not None:
+            self.engine_cores = [int(c) for c in self.engine_cores]
+            if not self.engine_cores or any(c < 0 for c in self.engine_cores):
+                raise ValueError(f"rollout.engine_cores={self.engine_cores!r} must be null or a list of core ids")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens={self.max_new_tokens} must be >= 1")
         if any(not s for s in self.stop):
@@ -76,6 +93,10 @@ class Generation:
 
 class RolloutEngine(ABC):
     """Samples ``n`` completions per prompt and follows the trainer's weights."""
+
+    overlaps_update: bool = False
+    """Whether ``generate`` may run in a background thread while the trainer updates (``rollout.max_staleness``):
+    it must not touch the process-global RNGs. Engines that may not keep the schedule in the trainer's thread."""
 
     @abstractmethod
     def generate(

@@ -72,6 +72,8 @@ class Sampler:
         self.runner: RewardRunner | None = None
         self.tokenizer: Any = None
         self.synced = False
+        self.producer: Any = None
+        """The overlap's :class:`~lit_entropy.rollout.overlap.Producer` while one runs (``rollout.max_staleness``)."""
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(
@@ -95,7 +97,8 @@ class Sampler:
                                           max_model_len=max_len, world_size=world_size)
             if generation_batch is not None and accepts(self.engine_factory, "generation_batch"):
                 kwargs["generation_batch"] = generation_batch
-            if self.sampling.sync_every > 1 and accepts(self.engine_factory, "copy_weights"):
+            stale = self.sampling.sync_every > 1 or self.sampling.max_staleness > 0
+            if stale and accepts(self.engine_factory, "copy_weights"):
                 kwargs["copy_weights"] = True  # an engine sampling from the live module could not lag
             self.engine = self.engine_factory(**kwargs)
             self.check_dtype(precision)
@@ -114,6 +117,8 @@ class Sampler:
         k = self.sampling.sync_every
         if k > 1 and iteration is not None and self.synced and iteration % k:
             return
+        if self.producer is not None:  # never change the weights under a generation in flight
+            self.producer.wait_idle()
         self.engine.sync_weights(model)
         self.synced = True
 
@@ -138,6 +143,7 @@ class Sampler:
         """The same engine and reward runner with other sampling settings (e.g. an evaluation's)."""
         view = Sampler(self.engine, dataclasses.replace(self.sampling, **changes), self.reward)
         view.engine_factory, view.runner, view.tokenizer = None, self.runner, self.tokenizer
+        view.producer = self.producer
         return view
 
     # ---- sampling --------------------------------------------------------------------------------
@@ -154,6 +160,8 @@ class Sampler:
         if not prompts:
             return ScoredSamples([], [], [], 0)
         tok, stop = self.tokenizer, self.sampling.stop
+        if self.producer is not None:  # another caller (the periodic evaluation) waits for the engine
+            self.producer.wait_idle()
         t0 = time.perf_counter()
         gens = self.engine.generate(prompt_ids, n, self.sampling, seed=seed, first_index=first_index)
         t1 = time.perf_counter()

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 
 class VLLMEngine(RolloutEngine):
+    overlaps_update = True  # generates in the overlap's thread (seeded per request: no global RNG)
+
     def __init__(
         self,
         model_path: str,

@@ -55,11 +55,11 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_and_signal(run: Path, name: str, sig: int, after: int = J) -> int:
+def start_and_signal(run: Path, name: str, sig: int, after: int = J, extra: tuple[str, ...] = ()) -> int:
     """Start a run, send ``sig`` as soon as the checkpoint after ``after`` iterations exists; its exit code."""
     run.mkdir(parents=True, exist_ok=True)
     with open(run.parent / f"{run.name}.out", "w") as out:
-        proc = subprocess.Popen(_cmd(run, name), cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(_cmd(run, name, *extra), cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
                                 preexec_fn=_sigint_default)
         marker = run / "checkpoints" / f"iteration-{after:04d}.ckpt"
         deadline = time.monotonic() + 400
@@ -87,19 +87,19 @@ def tb_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-_BASELINES: dict[str, Path] = {}
+_BASELINES: dict[tuple, Path] = {}
 
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
     """One uninterrupted K-iteration run per controller, shared by the tests of this module."""
 
-    def get(name: str) -> Path:
-        if name not in _BASELINES:
+    def get(name: str, extra: tuple[str, ...] = ()) -> Path:
+        if (name, extra) not in _BASELINES:
             run = tmp_path_factory.mktemp(f"base_{name}") / "run"
-            train(run, name)
-            _BASELINES[name] = run
-        return _BASELINES[name]
+            train(run, name, *extra)
+            _BASELINES[name, extra] = run
+        return _BASELINES[name, extra]
 
     return get
 
@@ -179,6 +179,34 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, baseline, na
     worst = assert_same_as_baseline(run, base)
     print(f"\n[{name}] killed after {meta['iteration']} of {K} iterations; {len(worst)} scalar tags, "
           f"max |Δ| {max(worst.values())}; final checkpoint identical")
+
+
+OVERLAP = ("rollout.max_staleness=1",)
+
+
+@pytest.mark.slow  # about 20 minutes on a 2-core machine, and expected to fail until the drift is found
+@pytest.mark.xfail(reason="issue 29, open: after the resume train/* and the weights differ by ~1e-6 from the "
+                   "second optimizer step of the first resumed iteration (rollout scalars equal); docs/overlap.md")
+@pytest.mark.parametrize("name", ["entrocraft_hard", pytest.param("none", marks=pytest.mark.slow)])
+def test_sigkill_mid_overlap_then_resume_equals_uninterrupted(tmp_path, baseline, name):
+    """``rollout.max_staleness=1`` (issue 29), vLLM (entrocraft_hard) and HF: the checkpoint of iteration J holds
+    the batch sampled during update J - 1, the kill comes while batch J + 1 is launched or generating; the
+    resume trains on exactly the uninterrupted run's rows (the final checkpoint, with its batch sampled
+    ahead, included)."""
+    from lit_entropy.checkpointing import check_resumable
+
+    base = baseline(name, OVERLAP)
+    lag = [v for _, v in tb_scalars(base)["rollout/staleness_max"]]
+    assert lag == [0.0] + [1.0] * (K - 1)  # one-step-off from iteration 1 on, never older
+    run = tmp_path / "run"
+    assert start_and_signal(run, name, signal.SIGKILL, extra=OVERLAP) == -signal.SIGKILL
+    last = run / "checkpoints" / "last.ckpt"
+    meta = check_resumable(last)
+    assert meta["kind"] == "iteration" and meta["iteration"] >= J
+    ready = torch.load(last, map_location="cpu", weights_only=True)["RolloutDataModule"]["overlap"]["ready"]
+    assert set(ready) == {str(meta["iteration"])}  # the batch sampled during the last update, drained into it
+    train(run, name, *OVERLAP, f"ckpt_path={last}")
+    assert_same_as_baseline(run, base)
 
 
 def test_ctrl_c_leaves_a_checkpoint_that_resumes_exactly(tmp_path, baseline):

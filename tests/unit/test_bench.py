@@ -88,3 +88,16 @@ def test_trl_config_matches_the_quick_batch_arithmetic():
     assert args["per_device_train_batch_size"] * args["steps_per_generation"] == 8 * 4  # the whole quick batch
     optimizer_steps_per_iteration = args["steps_per_generation"] // args["gradient_accumulation_steps"]
     assert args["max_steps"] == 2 * optimizer_steps_per_iteration * args["num_iterations"]
+
+
+def test_the_overlapped_setting_changes_our_side_only():
+    """``--settings vllm_overlap`` (issue 29): ours with ``rollout.max_staleness=1``, TRL as in ``vllm``."""
+    from lit_entropy.bench import vs_trl
+    from lit_entropy.bench.vs_trl_sides import compose, trl_config
+
+    ours = vs_trl.overrides_for("vllm_overlap", 2, quick=True, extra=[])
+    assert "rollout=vllm" in ours and "rollout.max_staleness=1" in ours
+    assert "rollout.max_staleness=1" not in vs_trl.overrides_for("vllm", 2, quick=True, extra=[])
+    cfg = compose(ours)
+    assert cfg.rollout.max_staleness == 1
+    assert trl_config(cfg, "vllm_overlap", 2, "unused") == trl_config(cfg, "vllm", 2, "unused")
