@@ -1,4 +1,4 @@
-"""One-step-off-policy overlap (issue 29): the engine samples iteration i + k's batch while the trainer updates on i.
+"""One-step-off-policy overlap: the engine samples iteration i + k's batch while the trainer updates on i.
 
 ``rollout.max_staleness = k >= 1`` turns the strictly synchronous iteration (sync → generate → update) into a
 deterministic pipeline. A *weight version* counts RL iterations: version ``v`` is the policy at the start of
