@@ -122,9 +122,9 @@ class RolloutDataModule(pl.LightningDataModule):
         t_sync = time.perf_counter() - t0
         for j in producer.wanted(iteration):
             producer.launch(j, iteration, self.generation_job(tok, j))  # past max_epochs too: a longer resume
-        # The first iteration of a process (the start, a resume) waits for every batch it launched: the resumed
-        # process's first background generation must not run beside an update either (the uninterrupted run's
-        # did not), which the SIGKILL resume test found to change the update's last bits (cause not pinned down).
+        # The first iteration of a process (the start, a resume) waits for every batch it launched: the uninterrupted
+        # run's first background generation ran beside no update (iteration 0 fills the pipeline), and a resumed
+        # process whose first one did changed the update's last bits in the SIGKILL resume test.
         waited += producer.drain(finish, upto=None if not self._warm else iteration)
         self._warm = True
         taken = producer.take(iteration)
@@ -158,7 +158,7 @@ class RolloutDataModule(pl.LightningDataModule):
         """With ``rollout.max_staleness`` >= 1: the batches sampled ahead (empty, so not saved, otherwise). The end
         of training's checkpoint waits for the batch in flight (a longer resume trains on it); an exception's
         checkpoint leaves it out."""
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer
         if (self.producer is not None and self.producer.inflight and self._finish is not None and trainer is not None
                 and trainer.state.status == TrainerStatus.RUNNING):
             self.producer.drain(self._finish)

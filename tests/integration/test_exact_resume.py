@@ -27,7 +27,7 @@ LAB = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens
        "batch.micro_batch_size=16", f"trainer.max_epochs={K}", "callbacks.checkpoint.keep_iterations=true",
        "~callbacks.progress", "+trainer.enable_progress_bar=false"]
 ENGINE = {"entrocraft_hard": "vllm"}  # the lab default on the real engine; the rest on HF generate (faster start)
-DEFAULT_SUITE = ("none", "entrocraft_hard", "adapo")
+DEFAULT_SUITE = ("none", "entrocraft_hard")  # the rest, and adapo, are `slow`
 CONTROLLERS = ["none", "entrocraft_hard", "adapo", "entrocraft", "repo_d", "repo_r", "adaptive_bonus", "entropic"]
 
 
@@ -184,9 +184,6 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, baseline, na
 OVERLAP = ("rollout.max_staleness=1",)
 
 
-@pytest.mark.slow  # about 20 minutes on a 2-core machine, and expected to fail until the drift is found
-@pytest.mark.xfail(reason="issue 29, open: after the resume train/* and the weights differ by ~1e-6 from the "
-                   "second optimizer step of the first resumed iteration (rollout scalars equal); docs/overlap.md")
 @pytest.mark.parametrize("name", ["entrocraft_hard", pytest.param("none", marks=pytest.mark.slow)])
 def test_sigkill_mid_overlap_then_resume_equals_uninterrupted(tmp_path, baseline, name):
     """``rollout.max_staleness=1`` (issue 29), vLLM (entrocraft_hard) and HF: the checkpoint of iteration J holds

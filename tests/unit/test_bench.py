@@ -101,3 +101,19 @@ def test_the_overlapped_setting_changes_our_side_only():
     cfg = compose(ours)
     assert cfg.rollout.max_staleness == 1
     assert trl_config(cfg, "vllm_overlap", 2, "unused") == trl_config(cfg, "vllm", 2, "unused")
+
+
+def test_overlapped_phases_count_the_trainers_wait_not_the_background_generation():
+    """Overlapped, ``time/generate`` ran during the previous update: the iteration's ``generate`` phase is the
+    trainer's wait (``time/wait_rollout``), so ``other`` and the overhead budget stay the trainer's own time."""
+    from lit_entropy.bench.vs_trl import side_summary, trainer_phases
+
+    sync = {"generate": 1.5, "update": 2.0}
+    assert trainer_phases(sync) == sync
+    overlapped = {"generate": 2.2, "wait_rollout": 0.1, "update": 3.0, "prepare": 1.0}
+    got = trainer_phases(overlapped)
+    assert got["generate"] == 0.1 and got["generate_background"] == 2.2 and trainer_phases(got) == got
+    runs = [{"iterations": [{"seconds": 4.2, "cpu_seconds": 8.0, "phases": overlapped, "accuracy": 0.3}]}]
+    phases = side_summary(runs, warmup=0, threads=2)["phases_median_s"]
+    assert phases["generate"] == 0.1 and phases["generate_background"] == 2.2
+    assert math.isclose(phases["other"], 4.2 - 0.1 - 3.0 - 1.0)  # not 4.2 - 2.2 - ...: never negative here

@@ -147,6 +147,22 @@ def test_checkpointed_state_resumes_into_the_same_batches():
     resumed.close()
 
 
+def test_the_end_of_training_checkpoint_holds_the_batch_in_flight():
+    """The last iteration launched the next batch; the checkpoint written at the end of training (status running)
+    waits for it, so a longer resume trains on it and the saved global RNG state includes the engine's draws;
+    an exception's checkpoint (status interrupted) leaves it out."""
+    for status, want in ((TrainerStatus.RUNNING, ["3"]), (TrainerStatus.INTERRUPTED, [])):
+        dm, trainer, _ = make(1, delay=0.2)
+        for i in range(3):
+            iterate(dm, trainer, i)
+        assert 3 in dm.producer.inflight
+        trainer.state.status = status
+        try:
+            assert list(roundtrip(dm.state_dict())["overlap"]["ready"]) == want
+        finally:
+            dm.close()
+
+
 @pytest.mark.parametrize("policy", ["wait", "drop"])
 def test_a_batch_over_the_bound_is_never_trained_on(policy):
     """A checkpoint written with a larger bound: its batch for iteration 3 was sampled by version 0."""
