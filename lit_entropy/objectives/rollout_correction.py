@@ -90,6 +90,11 @@ def masks(cfg: CorrectionConfig) -> bool:
             or cfg.veto is not None or cfg.opsm_delta is not None)
 
 
+def corrects(cfg: CorrectionConfig | None) -> bool:
+    """Some rule acts on the sampler/trainer gap: weights, a mask or rejection, or bypass."""
+    return cfg is not None and (cfg.level is not None or cfg.bypass or masks(cfg))
+
+
 def check_with_algo(cfg: CorrectionConfig, algo: object) -> None:
     """Combinations of the ``correction`` and ``algo`` groups that cannot work, named at start-up."""
     if cfg.bias_corrected_kl and not getattr(algo, "kl_coef", 0) > 0:

@@ -181,3 +181,15 @@ def test_every_preset_builds():
         cfg = instantiate(compose_train([f"correction={path.stem}", "paths.output_dir=/tmp/x"]).correction)
         assert isinstance(cfg, CorrectionConfig) and cfg.name == path.stem
     assert compose_train(["paths.output_dir=/tmp/x"]).correction.name == "none"
+
+
+@pytest.mark.parametrize("preset", ["none", "tis", "mis", "seq_mask", "icepop", "opsm", "bypass"])
+def test_every_shipped_preset_but_none_corrects(preset):
+    """``corrects`` decides the start-up warning for ``rollout.max_staleness`` >= 1 without a correction."""
+    from hydra.utils import instantiate
+
+    from lit_entropy.objectives.rollout_correction import corrects
+    from tests.helpers import compose_train
+
+    assert corrects(instantiate(compose_train([f"correction={preset}"]).correction)) == (preset != "none")
+    assert not corrects(None)
