@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class VLLMEngine(RolloutEngine):
-    overlaps_update = True  # generates in the overlap's thread (seeded per request: no global RNG)
+    overlaps_update = True  # generates in the overlap's thread: samples seeded per request (its draws on the global RNG affect none of ours; docs/overlap.md)
 
     def __init__(
         self,
