@@ -185,7 +185,7 @@ class PolicyModule(pl.LightningModule):
         if full:
             batch.metrics["rollout/entropy_full"] = float(masked_mean(out[2 + 2 * scores], resp))
         self._correct(batch)
-        self._check_divergence(batch.metrics)
+        self._check_divergence(batch.metrics, stale=batch.version is not None)
 
     def _correct(self, batch: RolloutBatch) -> None:
         """The mismatch correction's weights and kept tokens, bypass, the overlong filter, ``rollout_corr/*``."""
@@ -200,8 +200,9 @@ class PolicyModule(pl.LightningModule):
             batch.loss_mask = keep & ~batch.truncated[:, None]
             batch.metrics["rollout/masked_truncated"] = float(batch.truncated.sum())
 
-    def _check_divergence(self, metrics: dict[str, float]) -> None:
-        """Stop with the cause named when the run has diverged without producing a NaN."""
+    def _check_divergence(self, metrics: dict[str, float], stale: bool = False) -> None:
+        """Stop with the cause named when the run has diverged without producing a NaN; ``stale``: the rows were
+        sampled by an older policy on purpose (``rollout.max_staleness``), which names another cause."""
         vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
         entropy = metrics["rollout/entropy"]
         if self.uniform_entropy_tol is not None and vocab and entropy >= math.log(vocab) - self.uniform_entropy_tol:
@@ -213,8 +214,11 @@ class PolicyModule(pl.LightningModule):
         if self.max_logp_mismatch_mean is not None and mismatch > self.max_logp_mismatch_mean:
             raise RuntimeError(
                 f"sampler and trainer disagree: diag/logp_mismatch_mean={mismatch:.3f} nats > "
-                f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; the rollout engine is not sampling "
-                "from the trained weights (a failed weight sync, a dtype or temperature mismatch)")
+                f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; " + (
+                    "the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has moved "
+                    "away from it: an off-policy correction (correction=tis) keeps the lag in check"
+                    if stale else "the rollout engine is not sampling from the trained weights (a failed weight "
+                    "sync, a dtype or temperature mismatch)"))
 
     # ---- update ----------------------------------------------------------------------------------
     def knobs(self) -> Knobs:

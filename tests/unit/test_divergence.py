@@ -48,3 +48,11 @@ def test_a_sampler_that_does_not_follow_the_trainer_is_stopped():
     module, batch, _ = make(zero=False)
     module.prepare_rollout(batch)  # a healthy policy passes both checks
     assert batch.metrics["diag/logp_mismatch_mean"] < 1e-5
+
+
+def test_a_stale_sampler_that_diverges_is_named_as_the_lag():
+    """With ``rollout.max_staleness`` >= 1 (rows carry a weight version) the message names the lag and the fix."""
+    module, batch, _ = make(zero=False, logp_offset=-5.0)
+    batch.version = torch.zeros(batch.batch_size, dtype=torch.long)
+    with pytest.raises(RuntimeError, match=r"older policy \(rollout.max_staleness.*correction=tis"):
+        module.prepare_rollout(batch)
