@@ -38,7 +38,7 @@ from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.objectives.registry import initial_knobs, needs_current_logp, needs_scores
-from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout
+from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects
 from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
 
@@ -216,7 +216,9 @@ class PolicyModule(pl.LightningModule):
                 f"sampler and trainer disagree: diag/logp_mismatch_mean={mismatch:.3f} nats > "
                 f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; " + (
                     "the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has moved "
-                    "away from it: an off-policy correction (correction=tis) keeps the lag in check"
+                    "away from it: " + ("lower rollout.max_staleness or use correction=mis (docs/overlap.md)"
+                                        if corrects(self.correction) else
+                                        "an off-policy correction (correction=tis) keeps the lag in check")
                     if stale else "the rollout engine is not sampling from the trained weights (a failed weight "
                     "sync, a dtype or temperature mismatch)"))
 

@@ -11,6 +11,7 @@ import torch
 from lit_entropy.data.rollout_datamodule import build_batch
 from lit_entropy.models import TinyArch, build_tiny_qwen2
 from lit_entropy.module import PolicyModule
+from lit_entropy.objectives.rollout_correction import CorrectionConfig
 from lit_entropy.rollout.base import Generation
 from lit_entropy.tokenizer import CharTokenizer
 
@@ -55,4 +56,9 @@ def test_a_stale_sampler_that_diverges_is_named_as_the_lag():
     module, batch, _ = make(zero=False, logp_offset=-5.0)
     batch.version = torch.zeros(batch.batch_size, dtype=torch.long)
     with pytest.raises(RuntimeError, match=r"older policy \(rollout.max_staleness.*correction=tis"):
+        module.prepare_rollout(batch)
+    corrected = CorrectionConfig(name="mis", level="token", mode="mask", threshold=5.0, threshold_low=0.5)
+    module, batch, _ = make(zero=False, logp_offset=-5.0, correction=corrected)
+    batch.version = torch.zeros(batch.batch_size, dtype=torch.long)
+    with pytest.raises(RuntimeError, match=r"older policy.*lower rollout.max_staleness"):
         module.prepare_rollout(batch)
