@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
 from lit_entropy.interrupt import InterruptLatch
-from lit_entropy.objectives.rollout_correction import check_with_algo, corrects
+from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.terminal import quiet_third_party, startup_block
@@ -120,10 +120,9 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     if correction is not None:
         check_with_algo(correction, algo)
     sampler = build_sampler(cfg, engine)
-    if sampler.sampling.max_staleness and not corrects(correction):
-        log.warning("rollout.max_staleness=%d with no correction: on the lab one update of lag without one "
-                    "collapsed accuracy to 0 after 20-25 iterations in every seed, while correction=tis kept the "
-                    "synchronous curve (docs/overlap.md)", sampler.sampling.max_staleness)
+    advice = staleness_advice(sampler.sampling.max_staleness, correction)
+    if advice:
+        log.warning(advice)
     datamodule = instantiate(cfg.data, _partial_=True)(sampler=sampler, batch=batch)
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
     if callable(check_prompts):

@@ -193,3 +193,18 @@ def test_every_shipped_preset_but_none_corrects(preset):
 
     assert corrects(instantiate(compose_train([f"correction={preset}"]).correction)) == (preset != "none")
     assert not corrects(None)
+
+
+@pytest.mark.parametrize("k, preset, warns", [
+    (0, "none", None), (1, "none", "no correction"), (2, "none", "no correction"), (1, "tis", None),
+    (2, "tis", "truncated weights only"), (3, "tis", "truncated weights only"), (1, "mis", None), (2, "mis", None),
+    (3, "mis", None), (2, "seq_mask", None), (2, "bypass", None)])
+def test_the_staleness_warning_follows_the_measurement(k, preset, warns):
+    """No correction at any lag, and TIS from a lag of 2, are warned about at start-up (docs/overlap.md)."""
+    from hydra.utils import instantiate
+
+    from lit_entropy.objectives.rollout_correction import staleness_advice
+    from tests.helpers import compose_train
+
+    advice = staleness_advice(k, instantiate(compose_train([f"correction={preset}"]).correction))
+    assert (advice is None) if warns is None else (warns in advice and "correction=mis" in advice)
