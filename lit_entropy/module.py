@@ -218,7 +218,7 @@ class PolicyModule(pl.LightningModule):
                     "the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has moved "
                     "away from it: " + ("lower rollout.max_staleness or use correction=mis (docs/overlap.md)"
                                         if corrects(self.correction) else
-                                        "an off-policy correction (correction=tis) keeps the lag in check")
+                                        "an off-policy correction (correction=mis) keeps the lag in check")
                     if stale else "the rollout engine is not sampling from the trained weights (a failed weight "
                     "sync, a dtype or temperature mismatch)"))
 

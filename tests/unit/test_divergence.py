@@ -55,7 +55,7 @@ def test_a_stale_sampler_that_diverges_is_named_as_the_lag():
     """With ``rollout.max_staleness`` >= 1 (rows carry a weight version) the message names the lag and the fix."""
     module, batch, _ = make(zero=False, logp_offset=-5.0)
     batch.version = torch.zeros(batch.batch_size, dtype=torch.long)
-    with pytest.raises(RuntimeError, match=r"older policy \(rollout.max_staleness.*correction=tis"):
+    with pytest.raises(RuntimeError, match=r"older policy \(rollout.max_staleness.*an off-policy correction \(correction=mis\)"):
         module.prepare_rollout(batch)
     corrected = CorrectionConfig(name="mis", level="token", mode="mask", threshold=5.0, threshold_low=0.5)
     module, batch, _ = make(zero=False, logp_offset=-5.0, correction=corrected)
