@@ -212,15 +212,17 @@ class PolicyModule(pl.LightningModule):
                 "module.uniform_entropy_tol=null turns this check off")
         mismatch = metrics["diag/logp_mismatch_mean"]
         if self.max_logp_mismatch_mean is not None and mismatch > self.max_logp_mismatch_mean:
-            raise RuntimeError(
-                f"sampler and trainer disagree: diag/logp_mismatch_mean={mismatch:.3f} nats > "
-                f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; " + (
-                    "the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has moved "
-                    "away from it: " + ("lower rollout.max_staleness or use correction=mis (docs/overlap.md)"
-                                        if corrects(self.correction) else
-                                        "an off-policy correction (correction=mis) keeps the lag in check")
-                    if stale else "the rollout engine is not sampling from the trained weights (a failed weight "
-                    "sync, a dtype or temperature mismatch)"))
+            if not stale:
+                cause = ("the rollout engine is not sampling from the trained weights (a failed weight sync, a dtype "
+                         "or temperature mismatch)")
+            elif corrects(self.correction):
+                cause = ("the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has "
+                         "moved away from it: lower rollout.max_staleness or use correction=mis (docs/overlap.md)")
+            else:
+                cause = ("the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has "
+                         "moved away from it: an off-policy correction (correction=mis) keeps the lag in check")
+            raise RuntimeError(f"sampler and trainer disagree: diag/logp_mismatch_mean={mismatch:.3f} nats > "
+                               f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; {cause}")
 
     # ---- update ----------------------------------------------------------------------------------
     def knobs(self) -> Knobs:
