@@ -37,7 +37,12 @@ from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
-from lit_entropy.objectives.registry import initial_knobs, needs_current_logp, needs_scores
+from lit_entropy.objectives.registry import (
+    initial_knobs,
+    needs_current_logp,
+    needs_entropy_grad,
+    needs_scores,
+)
 from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects
 from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
@@ -108,24 +113,26 @@ class PolicyModule(pl.LightningModule):
         self._grad_norm = torch.zeros(())
 
     # ---- forward -------------------------------------------------------------------------------
-    def row_passes(self, fields: dict[str, torch.Tensor], topk: int = 0) -> passes.RowPasses:
+    def row_passes(self, fields: dict[str, torch.Tensor]) -> passes.RowPasses:
         """The passes over ``fields``' rows: on their shared prompts where that works, else whole
-        (:mod:`lit_entropy.passes`); with ``topk`` > 0 they also return the top-K candidates."""
-        return passes.for_rows(self._forward(topk), fields, share_prompts=self.share_prompts)
+        (:mod:`lit_entropy.passes`)."""
+        return passes.for_rows(self._forward(), fields, share_prompts=self.share_prompts)
 
-    def _forward(self, topk: int = 0) -> passes.Forward:
+    def _forward(self) -> passes.Forward:
         return passes.Forward(self.model, self.batch_cfg.micro_batch_size, self.temperature, self.logit_chunk_size,
-                              self._precision_context, self.device, self.top_p, self.top_k, topk)
+                              self._precision_context, self.device, self.top_p, self.top_k)
 
     def token_stats(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True,
         with_scores: bool = False, model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """fp32 per-token log-prob and full-vocabulary entropy (and S, N scores) of whole rows in one forward."""
-        return self._forward().token_stats(model or self.model, input_ids, attention_mask, with_entropy, with_scores)
+        """fp32 per-token ``(log-prob, entropy[, S, N])`` of whole rows in one forward (entropy None without
+        ``with_entropy``); :meth:`row_passes` gives the named :class:`~lit_entropy.passes.TokenStats`."""
+        out = self._forward().token_stats(model or self.model, input_ids, attention_mask, with_entropy, with_scores)
+        return (out.logp, out.entropy) + ((out.disc_s, out.disc_n) if with_scores else ())
 
     def _no_grad_pass(self, rows: passes.RowPasses, model: torch.nn.Module | None = None,
-                      **kw: bool) -> list[torch.Tensor]:
+                      **kw: Any) -> passes.TokenStats:
         """``rows.no_grad`` (eval mode; every rank gets every row's values, on the CPU), timed as ``time/forward``."""
         t0 = time.perf_counter()
         out = rows.no_grad(model or self.model, **kw)
@@ -142,21 +149,21 @@ class PolicyModule(pl.LightningModule):
         """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
         t0 = time.perf_counter()
         scores = self.want_scores or needs_scores(self.algo)
-        rows = self.row_passes(batch.tensor_fields(), topk=self.topk_mass)
+        rows = self.row_passes(batch.tensor_fields())
         full = rows.fwd.replays  # truncated sampling: also the untruncated entropy, as rollout/entropy_full
-        out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores, with_full_entropy=full)
-        batch.old_logp, batch.entropy = out[0], out[1]
+        out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores, with_full_entropy=full,
+                                 topk=self.topk_mass)
+        batch.old_logp, batch.entropy = out.logp, out.entropy
         if scores:
-            batch.disc_s, batch.disc_n = out[2], out[3]
-        if self.topk_mass > 0:
-            top1, topk = topk_mass(torch.stack(out[-self.topk_mass - 1:-1], dim=-1), batch.response_mask)
+            batch.disc_s, batch.disc_n = out.disc_s, out.disc_n
+        if out.topk_logp is not None:
+            top1, topk = topk_mass(out.topk_logp, batch.response_mask)
             batch.metrics.update({"diag/top1_mass": top1, "diag/topk_mass": topk})
-            rows.fwd.topk = 0  # the reference pass needs log-probs only
-        if self.ref_model is not None:
-            batch.ref_logp = self._no_grad_pass(rows, model=self.ref_model, with_entropy=False)[0]
+        if self.ref_model is not None:  # the reference pass needs log-probs only
+            batch.ref_logp = self._no_grad_pass(rows, model=self.ref_model, with_entropy=False).logp
         elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
             with self.model.disable_adapter():
-                batch.ref_logp = self._no_grad_pass(rows, with_entropy=False)[0]
+                batch.ref_logp = self._no_grad_pass(rows, with_entropy=False).logp
         resp = batch.response_mask
         finite = torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()
         if not finite:
@@ -183,7 +190,7 @@ class PolicyModule(pl.LightningModule):
             }
         )
         if full:
-            batch.metrics["rollout/entropy_full"] = float(masked_mean(out[2 + 2 * scores], resp))
+            batch.metrics["rollout/entropy_full"] = float(masked_mean(out.full_entropy, resp))
         self._correct(batch)
         self._check_divergence(batch.metrics, stale=batch.version is not None)
 
@@ -234,17 +241,19 @@ class PolicyModule(pl.LightningModule):
         if minibatch["input_ids"].shape[0] == 0:  # a rollout hook rejected every row: nothing to learn
             return torch.zeros((), device=self.device)
         knobs = self.knobs()
-        rows = self.row_passes(minibatch, topk=self.algo.simko.k if self.algo.simko is not None else 0)
+        rows = self.row_passes(minibatch)
         current = None
         if needs_current_logp(self.algo):
-            current = self._no_grad_pass(rows, with_entropy=False)[0].to(self.device)
+            current = self._no_grad_pass(rows, with_entropy=False).logp.to(self.device)
         sel = select_tokens(self.algo, minibatch, knobs, current, self.selection_generator)
         sums: dict[str, torch.Tensor] = {}
         loss_total = torch.zeros((), device=self.device)
         world = dist.world_size()
         t0 = time.perf_counter()
-        for mb in rows.micro_batches():  # this rank's share; padding ones keep the collectives in step
-            ent = mb.ent if knobs.entropy_coef > 0 else mb.ent.detach()
+        topk = self.algo.simko.k if self.algo.simko is not None else 0  # SimKO reads the top-K candidates
+        entropy_grad = needs_entropy_grad(knobs)  # an active loss term back-propagates through the entropy
+        for mb in rows.micro_batches(topk):  # this rank's share; padding ones keep the collectives in step
+            ent = mb.ent if entropy_grad else mb.ent.detach()
             loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent,
                                            mb.topk, kl_bias_correction=self.correction.bias_corrected_kl)
             if not torch.isfinite(loss):

@@ -18,8 +18,9 @@ Either way the caller sees the same two passes:
   ``finish_backward`` is a no-op for whole rows; for shared prompts it back-propagates the prompt pass
   once, with the gradient every micro-batch left on the prompts' cache (:mod:`lit_entropy.prefix`).
 * passes without gradient (the pre-update pass, the reference model's, Clip-Cov's current log-probs):
-  ``rows.no_grad(model, with_entropy=..., with_scores=...)``, in eval mode and the trainer's precision
-  context, returns full ``[B, L]`` CPU tensors aligned with ``input_ids``, zero where nothing was computed.
+  ``rows.no_grad(model, with_entropy=..., with_scores=..., topk=...)``, in eval mode and the trainer's
+  precision context, returns a :class:`TokenStats` of full ``[B, L]`` CPU tensors aligned with
+  ``input_ids``, zero where nothing was computed, None for what was not asked for.
 
 Micro-batches take ``micro_batch_size`` rows, longest first (the whole row, or its response on shared
 prompts), each cut to its longest row, so no compute goes to padding. On W ranks the micro-batches, which
@@ -34,7 +35,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -44,6 +45,58 @@ from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.diagnostics.topk import topk_logprobs
 from lit_entropy.utils import dist
+
+
+@dataclass
+class TokenStats:
+    """One pass's fp32 per-token statistics, each [B, L] (the top-K log-probs [B, L, K]) and aligned like the
+    pass's rows; None where the pass was not asked for it."""
+
+    logp: Tensor
+    entropy: Tensor | None = None
+    """The entropy (of the sampler's truncated distribution when it truncates); with ``with_entropy``."""
+    disc_s: Tensor | None = None
+    """The discriminator score S (:func:`lit_entropy.diagnostics.discriminator.token_scores`); with ``with_scores``."""
+    disc_n: Tensor | None = None
+    """Its on-policy baseline N; with ``with_scores``."""
+    full_entropy: Tensor | None = None
+    """The untruncated softmax's entropy; with ``with_full_entropy``."""
+    topk_logp: Tensor | None = None
+    """[B, L, K] log-probs of the top-K candidates (with gradient in the update); with ``topk`` = K > 0."""
+    is_top1: Tensor | None = None
+    """[B, L] bool: the target is the top-1 candidate; with ``topk`` > 0."""
+
+    def planes(self) -> dict[str, Tensor]:
+        """The [B, L] tensors computed, by field name (the top-K log-probs as ``topk_logp.<k>``, one per k)."""
+        out: dict[str, Tensor] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if f.name == "topk_logp":
+                out.update({f"topk_logp.{k}": t for k, t in enumerate(v.unbind(-1))})
+            else:
+                out[f.name] = v.float() if f.name == "is_top1" else v
+        return out
+
+    @classmethod
+    def from_planes(cls, planes: Mapping[str, Tensor]) -> TokenStats:
+        """The inverse of :meth:`planes`."""
+        top = [planes[k] for k in sorted((k for k in planes if k.startswith("topk_logp.")),
+                                         key=lambda k: int(k.split(".")[1]))]
+        values = {k: v for k, v in planes.items() if not k.startswith("topk_logp.")}
+        if "is_top1" in values:
+            values["is_top1"] = values["is_top1"].bool()
+        return cls(**values, topk_logp=torch.stack(top, dim=-1) if top else None)
+
+    def map(self, fn: Callable[[Tensor], Tensor]) -> TokenStats:
+        """``fn`` applied to each [B, L] plane (the top-K log-probs one k at a time)."""
+        return TokenStats.from_planes({k: fn(v) for k, v in self.planes().items()})
+
+    @property
+    def topk(self) -> tuple[Tensor, Tensor] | None:
+        """``(top-K log-probs [B, L, K], target is top-1 [B, L] bool)``, or None without them."""
+        return (self.topk_logp, self.is_top1) if self.topk_logp is not None else None
 
 
 @dataclass
@@ -61,10 +114,6 @@ class Forward:
     """The sampler's nucleus; < 1 replays its truncation (:mod:`lit_entropy.replay`)."""
     top_k: int | None = 0
     """The sampler's top-k; > 0 replays its truncation."""
-    topk: int = 0
-    """When > 0, every pass also returns the top-``topk`` candidates' log-probs (one [B, L] tensor per rank,
-    with gradient in the update) and whether the target is the top-1 (a 0/1 [B, L] tensor), after the others
-    (after the full entropy too, when that is asked for)."""
 
     @property
     def replays(self) -> bool:
@@ -72,32 +121,33 @@ class Forward:
         return replay.active(self.top_p, self.top_k)
 
     def stats(self, shifted: Tensor, targets: Tensor, place: Callable[[Tensor], Tensor], with_entropy: bool = True,
-              with_scores: bool = False, kept: Tensor | None = None,
-              with_full_entropy: bool = False) -> tuple[Tensor | None, ...]:
-        """fp32 ``(logp, entropy[, S, N][, full entropy][, top-K log-probs..., is_top1])`` of shifted logits, each ``place``d (entropy None
-        without it). With top-p / top-k sampling all of them are those of the sampler's truncated distribution
-        (``kept``: its kept-set size per target, 0 where unknown); ``with_full_entropy`` adds the entropy of the
-        untruncated softmax."""
+              with_scores: bool = False, kept: Tensor | None = None, with_full_entropy: bool = False,
+              topk: int = 0) -> TokenStats:
+        """fp32 statistics of shifted logits, each ``place``d: log-probs, and those asked for (entropy, S and N,
+        the untruncated entropy, the top-``topk`` candidates' log-probs and whether the target is the top-1).
+        With top-p / top-k sampling all of them but ``full_entropy`` are those of the sampler's truncated
+        distribution (``kept``: its kept-set size per target, 0 where unknown)."""
         chunk, full = self.logit_chunk_size, shifted
         if self.replays:
             shifted = replay.truncate_logits(shifted, targets, self.temperature, self.top_p, self.top_k, kept, chunk)
         logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
                                                with_entropy=with_entropy)
-        out = [logp, ent]
+        out = TokenStats(logp, ent)
         if with_scores:
-            out += token_scores(shifted.detach(), targets, temperature=self.temperature, chunk_size=chunk)
+            out.disc_s, out.disc_n = token_scores(shifted.detach(), targets, temperature=self.temperature,
+                                                  chunk_size=chunk)
         if with_full_entropy:
-            out.append(ent if full is shifted else token_logprobs_and_entropy(
-                full.detach(), targets, temperature=self.temperature, chunk_size=chunk)[1])
-        if self.topk > 0:
-            top, is_top1 = topk_logprobs(shifted, targets, self.topk, temperature=self.temperature, chunk_size=chunk)
-            out += [*top.unbind(-1), is_top1.float()]
-        return tuple(place(v) if v is not None else None for v in out)
+            out.full_entropy = ent if full is shifted else token_logprobs_and_entropy(
+                full.detach(), targets, temperature=self.temperature, chunk_size=chunk)[1]
+        if topk > 0:
+            out.topk_logp, out.is_top1 = topk_logprobs(shifted, targets, topk, temperature=self.temperature,
+                                                       chunk_size=chunk)
+        return out.map(place)
 
     def token_stats(self, model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, with_entropy: bool = True,
-                    with_scores: bool = False, kept: Tensor | None = None,
-                    with_full_entropy: bool = False) -> tuple[Tensor | None, ...]:
-        """Per-token log-prob and entropy (and S, N scores) of whole rows, aligned with ``input_ids``: over the full
+                    with_scores: bool = False, kept: Tensor | None = None, with_full_entropy: bool = False,
+                    topk: int = 0) -> TokenStats:
+        """:meth:`stats` of whole rows, aligned with ``input_ids``: over the full
         vocabulary, or the sampler's kept set with top-p / top-k (``kept``: its size, aligned with ``input_ids``)."""
         # Right-padded rows need no attention mask: causal attention already keeps every real token from
         # seeing the padding after it, and without a mask the attention kernel runs its causal fast path
@@ -107,19 +157,19 @@ class Forward:
         logits = model(input_ids=input_ids, attention_mask=mask).logits
         shifted, targets = shift_for_causal_lm(logits, input_ids)
         kept = kept[:, 1:] if kept is not None else None
-        return self.stats(shifted, targets, align_to_input, with_entropy, with_scores, kept, with_full_entropy)
+        return self.stats(shifted, targets, align_to_input, with_entropy, with_scores, kept, with_full_entropy, topk)
 
     def response_stats(self, model: torch.nn.Module, cache: prefix.PromptCache, layout: prefix.PromptLayout,
                        input_ids: Tensor, rows: Tensor, response_width: int, width: int, with_entropy: bool = True,
-                       with_scores: bool = False, kept: Tensor | None = None,
-                       with_full_entropy: bool = False) -> tuple[Tensor | None, ...]:
+                       with_scores: bool = False, kept: Tensor | None = None, with_full_entropy: bool = False,
+                       topk: int = 0) -> TokenStats:
         """:meth:`token_stats` of ``rows`` run on their prompts' ``cache``, [len(rows), width], zero off the response
         (``kept``: [B, L] aligned with ``input_ids``, as there)."""
         shifted, targets = prefix.response_logits(model, cache, input_ids, layout, rows, response_width)
         if kept is not None:
             kept = prefix.response_values(kept, layout, rows, response_width)
         return self.stats(shifted, targets, lambda v: prefix.to_rows(v, layout, rows, width), with_entropy,
-                          with_scores, kept, with_full_entropy)
+                          with_scores, kept, with_full_entropy, topk)
 
 
 @dataclass
@@ -136,13 +186,9 @@ class MicroBatch:
     """[m, width] fp32 log-probs of the current policy."""
     ent: Tensor
     """[m, width] fp32 entropy."""
-    top: tuple[Tensor, ...] = ()
-    """With ``Forward.topk``: the top-K log-probs [m, width] (with gradient), then the 0/1 is-top-1 indicator."""
-
-    @property
-    def topk(self) -> tuple[Tensor, Tensor] | None:
-        """``(top-K log-probs [m, width, K], target is top-1 [m, width] bool)``, or None without ``Forward.topk``."""
-        return (torch.stack(self.top[:-1], dim=-1), self.top[-1].bool()) if self.top else None
+    topk: tuple[Tensor, Tensor] | None = None
+    """With ``micro_batches(topk=K)``: (top-K log-probs [m, width, K] with gradient, target is top-1 [m, width]
+    bool)."""
 
     @property
     def width(self) -> int:
@@ -159,8 +205,9 @@ class RowPasses(abc.ABC):
         self.lengths = fields["attention_mask"].sum(-1)
 
     @abc.abstractmethod
-    def micro_batches(self) -> Iterator[MicroBatch]:
-        """This rank's micro-batches of the update, with gradient, in the trainer's context."""
+    def micro_batches(self, topk: int = 0) -> Iterator[MicroBatch]:
+        """This rank's micro-batches of the update, with gradient, in the trainer's context (with ``topk`` > 0,
+        their top-K candidates too)."""
 
     @abc.abstractmethod
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
@@ -168,41 +215,45 @@ class RowPasses(abc.ABC):
         multiplies by (fp16's loss scaler), 1 otherwise."""
 
     @abc.abstractmethod
-    def _eval_micro_batches(self, model: torch.nn.Module, with_entropy: bool,
-                            with_scores: bool, with_full_entropy: bool = False
-                            ) -> Iterator[tuple[Tensor, bool, tuple[Tensor | None, ...]]]:
+    def _eval_micro_batches(self, model: torch.nn.Module, with_entropy: bool, with_scores: bool,
+                            with_full_entropy: bool = False, topk: int = 0
+                            ) -> Iterator[tuple[Tensor, bool, TokenStats]]:
         """``(rows, padding, stats)`` of this rank's micro-batches in eval mode, without gradient."""
 
     @torch.no_grad()
-    def no_grad(self, model: torch.nn.Module | None = None, with_entropy: bool = True,
-                with_scores: bool = False, with_full_entropy: bool = False) -> list[Tensor]:
-        """``[logp, entropy, S, N, full entropy]`` (those asked for) of every row, by ``model`` (the policy by
-        default) in eval mode: full-shape CPU tensors, zero beyond what was computed, the same on every rank."""
+    def no_grad(self, model: torch.nn.Module | None = None, with_entropy: bool = True, with_scores: bool = False,
+                with_full_entropy: bool = False, topk: int = 0) -> TokenStats:
+        """:meth:`Forward.stats` (those asked for) of every row, by ``model`` (the policy by default) in eval mode:
+        full-shape CPU tensors, zero beyond what was computed, the same on every rank."""
         model = model or self.fwd.model
         was_training = model.training
         model.eval()
         parts: list[tuple[Tensor, list[Tensor]]] = []
-        for rows, padding, out in self._eval_micro_batches(model, with_entropy, with_scores, with_full_entropy):
+        names: list[str] = []
+        for rows, padding, out in self._eval_micro_batches(model, with_entropy, with_scores, with_full_entropy, topk):
+            planes = out.planes()
+            names = list(planes)  # the same on every micro-batch and rank: the same flags
             if not padding:
-                parts.append((rows.cpu(), [o.cpu() for o in out if o is not None]))
+                parts.append((rows.cpu(), [v.cpu() for v in planes.values()]))
         model.train(was_training)
-        return dist.gather_scattered_rows(parts, tuple(self.input_ids.shape))
+        full = dist.gather_scattered_rows(parts, tuple(self.input_ids.shape))
+        return TokenStats.from_planes(dict(zip(names, full, strict=True)))
 
 
 class WholeRows(RowPasses):
     """Every row runs as one sequence."""
 
-    def micro_batches(self) -> Iterator[MicroBatch]:
+    def micro_batches(self, topk: int = 0) -> Iterator[MicroBatch]:
         for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
             mb = dist.take_rows(self.fields, rows, width)
-            logp, ent, *top = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"],
-                                                   with_entropy=True, kept=mb.get("sampler_kept"))
-            yield MicroBatch(rows, padding, mb, logp, ent, tuple(top))
+            out = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"], with_entropy=True,
+                                       kept=mb.get("sampler_kept"), topk=topk)
+            yield MicroBatch(rows, padding, mb, out.logp, out.entropy, out.topk)
 
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
         """Nothing: each micro-batch's backward went all the way."""
 
-    def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False):
+    def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False, topk=0):
         attention_mask, device = self.fields["attention_mask"], self.fwd.device
         kept = self.fields.get("sampler_kept")
         for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
@@ -210,7 +261,7 @@ class WholeRows(RowPasses):
                 out = self.fwd.token_stats(model, self.input_ids[rows, :width].to(device),
                                            attention_mask[rows, :width].to(device), with_entropy, with_scores,
                                            kept[rows, :width].to(device) if kept is not None else None,
-                                           with_full_entropy)
+                                           with_full_entropy, topk)
             yield rows, padding, out
 
 
@@ -237,7 +288,7 @@ class SharedPrompts(RowPasses):
                 prompts: Tensor) -> prefix.PromptCache:
         return prefix.encode_prompts(model, input_ids, layout, prompts, self.prompt_width)
 
-    def micro_batches(self) -> Iterator[MicroBatch]:
+    def micro_batches(self, topk: int = 0) -> Iterator[MicroBatch]:
         ids, layout = self.input_ids, self.layout
         self._chunks = self.prompt_chunks()
         with torch.set_grad_enabled(len(self._chunks) == 1):  # several chunks: recomputed with gradient later
@@ -248,9 +299,9 @@ class SharedPrompts(RowPasses):
             rows = rows.to(self.fwd.device)
             full = int(self.lengths[rows].max())
             mb = dist.take_rows(self.fields, rows, full)
-            logp, ent, *top = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full,
-                                                      kept=self.fields.get("sampler_kept"))
-            yield MicroBatch(rows, padding, mb, logp, ent, tuple(top))
+            out = self.fwd.response_stats(self.fwd.model, cache, layout, ids, rows, width, full,
+                                          kept=self.fields.get("sampler_kept"), topk=topk)
+            yield MicroBatch(rows, padding, mb, out.logp, out.entropy, out.topk)
 
     def finish_backward(self, backward: Callable[[Tensor], None], loss_scale: float = 1.0) -> None:
         """The prompt pass's share of the gradient: one backward through the prompt pass (chunk by chunk,
@@ -264,7 +315,7 @@ class SharedPrompts(RowPasses):
             if surrogate.requires_grad:
                 backward(surrogate)
 
-    def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False):
+    def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False, topk=0):
         device, step = self.fwd.device, self.fwd.micro_batch_size
         ids = self.input_ids.to(device)
         kept = self.fields.get("sampler_kept")
@@ -278,7 +329,7 @@ class SharedPrompts(RowPasses):
             with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
                 rows = rows.to(device)
                 out = self.fwd.response_stats(model, cache, layout, ids, rows, width, int(total[rows].max()),
-                                              with_entropy, with_scores, kept, with_full_entropy)
+                                              with_entropy, with_scores, kept, with_full_entropy, topk)
             yield rows, padding, out
 
 

@@ -51,7 +51,8 @@ def test_no_grad_pass_matches_one_full_batch_on_every_used_position():
     mb = make_minibatch(module)
     with torch.no_grad():
         full_logp, full_ent = module.token_stats(mb["input_ids"], mb["attention_mask"])
-    logp, ent = module.row_passes(mb).no_grad(with_entropy=True)
+    out = module.row_passes(mb).no_grad(with_entropy=True)
+    logp, ent = out.logp, out.entropy
     used = mb["attention_mask"]
     assert torch.allclose(logp[used], full_logp[used], atol=1e-6)
     assert torch.allclose(ent[used], full_ent[used], atol=1e-6)

@@ -51,8 +51,10 @@ def test_whole_rows_finish_nothing_and_passes_without_gradient_restore_train_mod
     plan.finish_backward(calls.append, 1.0)
     assert calls == []
     module.model.train()
-    logp, ent = plan.no_grad()
+    out = plan.no_grad()
+    logp, ent = out.logp, out.entropy
     assert module.model.training and not logp.requires_grad
+    assert out.disc_s is out.disc_n is out.full_entropy is out.topk_logp is out.is_top1 is None
     assert logp.shape == ent.shape == (G * P, L)
 
 

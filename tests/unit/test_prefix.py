@@ -94,12 +94,13 @@ def test_to_rows_places_values_on_the_response_only():
 def test_no_grad_pass_matches_whole_rows(topk):
     shared, whole = make_module(True), make_module(False)
     rows = grouped_rows(shared.tokenizer.vocab_size, shared.tokenizer.pad_id)
-    on_prompts, whole_rows = shared.row_passes(rows, topk=topk), whole.row_passes(rows, topk=topk)
+    on_prompts, whole_rows = shared.row_passes(rows), whole.row_passes(rows)
     assert isinstance(on_prompts, passes.SharedPrompts) and isinstance(whole_rows, passes.WholeRows)
-    a = on_prompts.no_grad(with_entropy=True, with_scores=True)
-    b = whole_rows.no_grad(with_entropy=True, with_scores=True)
+    a = on_prompts.no_grad(with_entropy=True, with_scores=True, topk=topk).planes()
+    b = whole_rows.no_grad(with_entropy=True, with_scores=True, topk=topk).planes()
+    assert list(a) == list(b) and len(a) == 4 + (topk + 1 if topk else 0)
     resp = rows["response_mask"]
-    for x, y in zip(a, b, strict=True):
+    for x, y in zip(a.values(), b.values(), strict=True):
         assert torch.allclose(x[resp], y[resp], atol=1e-5), (x[resp] - y[resp]).abs().max()
         assert (x[~resp] == 0).all()
 

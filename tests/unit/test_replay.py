@@ -46,7 +46,8 @@ def test_truncated_log_softmax_and_entropy_by_hand():
     T = 0.5
     raw = (z * T).view(1, 1, 4).requires_grad_(True)  # raw / T = z
     fwd = passes.Forward(model=None, micro_batch_size=1, temperature=T, top_p=0.75)
-    logp, ent = fwd.stats(raw, torch.tensor([[1]]), lambda v: v)
+    out = fwd.stats(raw, torch.tensor([[1]]), lambda v: v)
+    logp, ent = out.logp, out.entropy
     q = torch.tensor([0.5, 0.3]) / 0.8
     assert float(logp.detach()) == pytest.approx(math.log(0.3 / 0.8), abs=1e-6)
     assert float(ent.detach()) == pytest.approx(float(-(q * q.log()).sum()), abs=1e-6)
@@ -64,13 +65,14 @@ def test_full_entropy_and_the_default_path_is_untouched():
     z = logits(PROBS).view(1, 1, 4)
     assert replay.truncate_logits(z, torch.zeros(1, 1, dtype=torch.long)) is z  # no truncation: same tensor
     fwd = passes.Forward(model=None, micro_batch_size=1, top_p=0.75)
-    _, ent, full = fwd.stats(z, torch.tensor([[0]]), lambda v: v, with_full_entropy=True)
+    out = fwd.stats(z, torch.tensor([[0]]), lambda v: v, with_full_entropy=True)
+    ent, full = out.entropy, out.full_entropy
     p = torch.tensor(PROBS)
     assert float(full) == pytest.approx(float(-(p * p.log()).sum()), abs=1e-6)
     assert float(ent) < float(full)
     plain = passes.Forward(model=None, micro_batch_size=1)
     assert not plain.replays and fwd.replays
-    logp, ent = plain.stats(z, torch.tensor([[0]]), lambda v: v)
+    logp = plain.stats(z, torch.tensor([[0]]), lambda v: v).logp
     assert float(logp) == pytest.approx(math.log(0.5), abs=1e-6)
 
 
