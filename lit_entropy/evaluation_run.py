@@ -21,8 +21,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.cli import config_dir
 from lit_entropy.config_keys import upgrade_overrides
+from lit_entropy.config_path import config_dir
 from lit_entropy.evaluation import evaluate, held_out_prompts
 from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
 from lit_entropy.train import build_sampler

@@ -32,7 +32,7 @@ def compose(overrides: list[str]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from lit_entropy.cli import config_dir
+    from lit_entropy.config_path import config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return hydra_compose(config_name="train", overrides=overrides)

@@ -8,17 +8,10 @@ installed package and a checkout take the same arguments. Runs write under the c
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1]
+from lit_entropy.config_path import PACKAGE, config_dir
 
-
-def config_dir() -> Path:
-    """The Hydra config tree: ``lit_entropy/conf`` in an installed wheel, else the checkout's ``conf/``."""
-    for candidate in (PACKAGE / "conf", PACKAGE.parent / "conf"):
-        if (candidate / "train.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(f"no Hydra configs (train.yaml) in {PACKAGE / 'conf'} or {PACKAGE.parent / 'conf'}")
+__all__ = ["PACKAGE", "config_dir", "quiet_engine_defaults"]
 
 
 def quiet_engine_defaults(argv: list[str] | None = None) -> None:

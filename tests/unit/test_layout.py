@@ -1,6 +1,9 @@
 """The package's shape: no import cycles between its modules, no module over MAX_LINES lines.
 
-Both read the source with ``ast`` (nothing is imported). The package is ``lit_entropy/`` plus
+An import inside a function (a lazy import) runs later but still makes its module depend on the target: one
+that would close a cycle between parts of the package is rejected too (it only hides the cycle).
+
+All of it reads the source with ``ast`` (nothing is imported). The package is ``lit_entropy/`` plus
 ``callbacks/``, which installs as ``lit_entropy.callbacks``.
 """
 
@@ -50,12 +53,26 @@ def module_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFr
             stack += node.body
 
 
-def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def all_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement of the module, function-level (lazy) ones included; not those under
+    ``if TYPE_CHECKING:``, which never run."""
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            type_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in type_only:
+            yield node
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path], lazy: bool = False) -> set[str]:
     """The package modules that importing ``name`` imports directly (their parent packages included,
-    except the ones ``name`` itself sits in, which are already being imported)."""
+    except the ones ``name`` itself sits in, which are already being imported); with ``lazy``, also those
+    its functions import when they run."""
     own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in module_level_imports(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in (all_imports if lazy else module_level_imports)(tree):
         if isinstance(node, ast.Import):
             targets |= {alias.name for alias in node.names}
             continue
@@ -110,10 +127,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports when it is imported."""
+def import_graph(lazy: bool = False) -> dict[str, set[str]]:
+    """Module -> the package modules it imports when it is imported (with ``lazy``, or when its functions run)."""
     modules = package_modules()
-    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+    return {name: imported_modules(name, path, modules, lazy) for name, path in modules.items()}
 
 
 def part(module: str) -> str:
@@ -121,10 +138,10 @@ def part(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def parts_graph() -> dict[str, set[str]]:
+def parts_graph(lazy: bool = False) -> dict[str, set[str]]:
     """The import graph with each sub-package (and each top-level module) collapsed into one node."""
     graph: dict[str, set[str]] = {}
-    for module, targets in import_graph().items():
+    for module, targets in import_graph(lazy).items():
         graph.setdefault(part(module), set())
         for target in targets:
             graph.setdefault(part(target), set())
@@ -155,6 +172,22 @@ def test_no_import_cycles_between_parts():
     """One direction between sub-packages and top-level modules: if ``a`` uses ``b``, nothing in ``b`` uses ``a``."""
     found = cycles(parts_graph())
     assert not found, f"parts of the package that import each other:\n{describe(found)}"
+
+
+def test_the_lazy_graph_sees_function_level_imports():
+    eager, lazy = import_graph(), import_graph(lazy=True)
+    assert "lit_entropy.evaluation_run" in lazy["lit_entropy.cli.evaluate"]  # imported inside main()
+    assert "lit_entropy.evaluation_run" not in eager["lit_entropy.cli.evaluate"]
+    assert all(eager[m] <= lazy[m] for m in eager)
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\ndef f():\n    import b\n")
+    assert [ast.unparse(n) for n in all_imports(tree)] == ["from typing import TYPE_CHECKING", "import b"]
+
+
+def test_no_lazy_import_closes_a_cycle_between_parts():
+    """An import inside a function that would close a cycle between parts hides it rather than removing it: put
+    what both sides need on the floor below them instead (e.g. ``RolloutBatch`` in ``lit_entropy.rollout``)."""
+    found = cycles(parts_graph(lazy=True))
+    assert not found, f"parts of the package that import each other through function-level imports:\n{describe(found)}"
 
 
 def test_no_module_is_too_long():
