@@ -1,8 +1,7 @@
 """Group-relative advantage estimators (docs/design.md §7.1).
 
 Rows of a rollout batch come in contiguous groups of ``group_size`` completions of one prompt, so
-``rewards.view(-1, group_size)`` puts each group on one row. Advantages are per sequence ([B], fp32);
-:func:`broadcast_to_tokens` spreads them over the response tokens.
+``rewards.view(-1, group_size)`` puts each group on one row. Advantages are per sequence ([B], fp32).
 
 Estimators (all ``[B] -> [B]`` fp32, pick one by name with :func:`compute_advantages`):
 
@@ -15,7 +14,8 @@ Estimators (all ``[B] -> [B]`` fp32, pick one by name with :func:`compute_advant
 * :func:`pass_at_k` — Pass@k training (Chen et al. 2025, arXiv 2508.10751), closed-form group advantage.
 
 Reward shaping applied before an estimator: :func:`unlikeliness_rewards` (He et al. 2025).
-Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`select_groups`.
+Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`select_groups`, which the
+rollout data module applies to every sampling round.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
 
 
 def zero_std_groups(rewards: Tensor, group_size: int) -> Tensor:
-    """[B // G] bool: True for groups whose rewards are all equal (they carry no learning signal)."""
-    grouped = _grouped(rewards, group_size)
+    """[B // G] bool: True for groups whose rewards are all equal (they carry no learning signal), compared in
+    ``rewards``' own dtype (float64 rewards compare exactly as the Python floats they came from)."""
+    grouped = rewards.view(_grouped(rewards, group_size).shape)  # _grouped checks the shapes
     return (grouped == grouped[:, :1]).all(dim=1)
 
 
@@ -65,16 +66,6 @@ def grpo(rewards: Tensor, group_size: int, eps: float = 1e-6, scale_std: bool = 
     flat = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
     centred = torch.where(flat, torch.zeros_like(centred), centred)
     return centred.reshape(-1)
-
-
-def broadcast_to_tokens(advantages: Tensor, response_mask: Tensor) -> Tensor:
-    """Per-token advantages [B, L] fp32: ``A_i`` on the response tokens of row i, 0 elsewhere (padding)."""
-    if advantages.dim() != 1 or advantages.shape[0] != response_mask.shape[0]:
-        raise ValueError(
-            f"advantages {tuple(advantages.shape)} does not match response_mask {tuple(response_mask.shape)}"
-        )
-    values = advantages.float()[:, None].expand(response_mask.shape)
-    return torch.where(response_mask.bool(), values, torch.zeros_like(values))
 
 
 def _check_rows(rewards: Tensor, group_size: int, min_group_size: int) -> None:

@@ -19,16 +19,17 @@ import logging
 import random
 import time
 from collections import defaultdict
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerStatus
 from torch.utils.data import DataLoader
 
+from lit_entropy import advantages as adv
 from lit_entropy.checkpointing import preserved_rng
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
-from lit_entropy.data.prompts import PromptSource
+from lit_entropy.data.prompts import Prompt, PromptSource
 from lit_entropy.models import PolicyBundle
 from lit_entropy.rollout.base import Generation
 from lit_entropy.rollout.overlap import Producer, staleness_metrics
@@ -48,6 +49,16 @@ class TrainablePolicy(Protocol):
 
     def prepare_rollout(self, batch: RolloutBatch) -> None:
         """The pre-update pass (old log-probs, entropy) and the advantages, written into ``batch``."""
+
+
+class Group(NamedTuple):
+    """One prompt and its G sampled, scored completions (all ranks' groups, after the gather)."""
+
+    prompt: Prompt
+    prompt_ids: list[int]
+    generations: list[Generation]
+    rewards: list[float]
+    texts: list[str]
 
 
 class RolloutDataModule(pl.LightningDataModule):
@@ -93,10 +104,20 @@ class RolloutDataModule(pl.LightningDataModule):
         self.sampler.sync(policy.model, iteration)  # 1. the engine samples from the weights being trained
         metrics["time/sync"] = time.perf_counter() - t0
         batch = self.sample_batch(policy.tokenizer, iteration, metrics)  # 2. G scored completions per prompt
+        return self.update_loader(trainer, policy, batch, metrics, iteration)  # 3.-5.
+
+    def update_loader(self, trainer: pl.Trainer, policy: TrainablePolicy, batch: RolloutBatch,
+                      metrics: dict[str, float], iteration: int, dropped: int = 0) -> DataLoader:
+        """The iteration's tail, synchronous or overlapped, once ``batch`` is sampled: the pre-update pass, the
+        rollout hooks, the minibatches. ``dropped``: rows over the staleness bound (policy ``drop``), which leave
+        the update after the hooks."""
         policy.prepare_rollout(batch)  # 3. pre-update pass (old log-probs, entropy) and advantages
         batch.metrics = {**metrics, **batch.metrics}
         t0 = time.perf_counter()
         call_hooks(trainer, "on_rollout_batch", batch)  # 4. controllers read rollout/entropy and act
+        if dropped:
+            batch.keep = torch.zeros_like(batch.keep)
+        batch.metrics.update(staleness_metrics(batch, iteration))  # none on the synchronous path
         batch.metrics["control/kept_frac"] = float(batch.keep.float().mean())
         batch.metrics["time/prepare"] = batch.metrics.get("time/prepare", 0.0) + time.perf_counter() - t0
         policy.rollout = batch
@@ -133,18 +154,8 @@ class RolloutDataModule(pl.LightningDataModule):
             waited += producer.drain(finish, upto=iteration)
             taken = producer.take(iteration)
         batch, metrics, dropped = taken
-        policy.prepare_rollout(batch)
         metrics.update({"time/sync": t_sync, "time/wait_rollout": waited, "rollout/stale_dropped_rows": float(dropped)})
-        batch.metrics = {**metrics, **batch.metrics}
-        t0 = time.perf_counter()
-        call_hooks(trainer, "on_rollout_batch", batch)
-        if dropped:  # policy `drop`: rows over the bound leave the update
-            batch.keep = torch.zeros_like(batch.keep)
-        batch.metrics.update(staleness_metrics(batch, iteration))
-        batch.metrics["control/kept_frac"] = float(batch.keep.float().mean())
-        batch.metrics["time/prepare"] = batch.metrics.get("time/prepare", 0.0) + time.perf_counter() - t0
-        policy.rollout = batch
-        return self.minibatch_loader(batch, iteration)
+        return self.update_loader(trainer, policy, batch, metrics, iteration, dropped)
 
     def generation_job(self, tok: Any, iteration: int) -> Any:
         """The engine's part of batch ``iteration``'s first sampling round (this rank's prompts, sampled and scored),
@@ -192,7 +203,7 @@ class RolloutDataModule(pl.LightningDataModule):
         """
         cfg, G = self.batch, self.batch.group_size
         rounds = 1 + (cfg.max_sampling_rounds if cfg.dynamic_sampling else 0)
-        kept: list[tuple] = []  # (prompt, prompt ids, generations, rewards, texts) per group
+        kept: list[Group] = []
         errors = 0
         for rnd in range(rounds):
             groups, round_metrics, round_errors = self._sample_round(tok, iteration, rnd, metrics,
@@ -200,8 +211,10 @@ class RolloutDataModule(pl.LightningDataModule):
             errors += round_errors
             if rnd == 0:
                 first_round_metrics, first_groups = round_metrics, groups
-            if cfg.dynamic_sampling:
-                groups = [g for g in groups if max(g[3]) != min(g[3])]
+            if cfg.dynamic_sampling:  # float64: the rewards compare exactly as the Python floats they are
+                rewards = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float64)
+                chosen = adv.select_groups(cfg.prompts_per_iter - len(kept), adv.group_has_signal(rewards, G))
+                groups = [groups[i] for i in chosen.tolist()]
             kept.extend(groups[: cfg.prompts_per_iter - len(kept)])
             if len(kept) >= cfg.prompts_per_iter:
                 break
@@ -209,10 +222,10 @@ class RolloutDataModule(pl.LightningDataModule):
         if not kept:  # nothing to learn from: keep the first round (zero advantages, a no-op update)
             log.warning("iteration %d: every group had equal rewards in %d rounds", iteration, rounds)
             kept = first_groups
-        batch = build_batch([g[1] for g in kept], [g[2] for g in kept], [r for g in kept for r in g[3]], G,
-                            pad_id=tok.pad_id)
-        batch.prompts = [g[0].text for g in kept for _ in range(G)]
-        batch.completions = [t for g in kept for t in g[4]]
+        batch = build_batch([g.prompt_ids for g in kept], [g.generations for g in kept],
+                            [r for g in kept for r in g.rewards], G, pad_id=tok.pad_id)
+        batch.prompts = [g.prompt.text for g in kept for _ in range(G)]
+        batch.completions = [t for g in kept for t in g.texts]
         metrics.update(first_round_metrics)  # rollout/* describe what the policy generated
         metrics["rollout/reward_errors"] = float(errors)
         if cfg.dynamic_sampling:
@@ -229,7 +242,7 @@ class RolloutDataModule(pl.LightningDataModule):
         return prompts, prompt_ids, first, last, seed
 
     def _sample_round(self, tok: Any, iteration: int, rnd: int, metrics: dict, pre: tuple | None = None
-                      ) -> tuple[list, dict, int]:
+                      ) -> tuple[list[Group], dict, int]:
         """Draw, sample and score one round of prompts: this rank's block, then all-gathered (``pre``: the
         prompts, ids and this rank's samples, generated already)."""
         G = self.batch.group_size
@@ -249,7 +262,7 @@ class RolloutDataModule(pl.LightningDataModule):
         batch = build_batch(prompt_ids, gens, scores, G, pad_id=tok.pad_id)
         round_metrics = rollout_metrics(batch, [g for per in gens for g in per], texts,
                                         self.sampler.reward.correct_threshold)
-        groups = [(p, ids, g, scores[i * G : (i + 1) * G], texts[i * G : (i + 1) * G])
+        groups = [Group(p, ids, g, scores[i * G : (i + 1) * G], texts[i * G : (i + 1) * G])
                   for i, (p, ids, g) in enumerate(zip(prompts, prompt_ids, gens, strict=True))]
         return groups, round_metrics, errors
 

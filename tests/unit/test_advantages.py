@@ -5,7 +5,6 @@ import torch
 
 from lit_entropy.advantages import (
     ESTIMATORS,
-    broadcast_to_tokens,
     compute_advantages,
     dr_grpo,
     group_has_signal,
@@ -81,15 +80,6 @@ def test_zero_std_groups():
     r = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.5])
     assert zero_std_groups(r, 2).tolist() == [True, False, True, True]
     assert zero_std_groups(r, 4).tolist() == [False, False]
-
-
-def test_broadcast_to_tokens_zero_on_padding():
-    adv = torch.tensor([0.5, -1.0])
-    mask = torch.tensor([[False, True, True, False], [False, False, True, False]])
-    out = broadcast_to_tokens(adv, mask)
-    expected = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, 0.0, -1.0, 0.0]])
-    torch.testing.assert_close(out, expected)
-    assert out.dtype == torch.float32
 
 
 # ---- estimators beyond GRPO ------------------------------------------------------------------------
@@ -318,6 +308,8 @@ def test_group_has_signal_is_complement():
     assert group_has_signal(r, 2).tolist() == [False, True, False, False]
     assert group_has_signal(r, 4).tolist() == [True, True]
     assert group_has_signal(R8, 4).tolist() == [True, False]
+    close = torch.tensor([1.0, 1.0 + 1e-12], dtype=torch.float64)  # equal in fp32, not in the rewards' float64
+    assert group_has_signal(close, 2).tolist() == [True]
     with pytest.raises(ValueError, match="G=1"):
         group_has_signal(r, 1)
 
