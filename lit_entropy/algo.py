@@ -4,9 +4,15 @@ Batching (how many prompts, minibatches, micro-batches) is :class:`lit_entropy.d
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
+from omegaconf import DictConfig, ListConfig
 
 from lit_entropy import token_shaping
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
@@ -162,21 +168,28 @@ class AlgoConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW with a linear warm-up."""
+    """The optimizer (AdamW by default) with a linear warm-up.
+
+    ``optimizer`` is the optimizer's class with its own arguments bound (a Hydra ``_partial_: true`` target,
+    ``conf/optim/*.yaml``): the module calls ``optimizer(params, lr=lr, weight_decay=weight_decay)``, so the
+    learning rate and the weight decay are ``optim.lr`` and ``optim.weight_decay`` whatever the optimizer."""
 
     lr: float = 2e-4
     """Peak learning rate."""
     weight_decay: float = 0.0
     """Decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
-    """Adam betas."""
+    """Adam betas (``optim=adamw`` binds them to the optimizer)."""
     eps: float = 1e-8
-    """Adam's epsilon. Adam divides by |g|: a gradient that is 0 in exact arithmetic (e.g. attention key
+    """Adam's epsilon (``optim=adamw`` binds it to the optimizer). Adam divides by |g|: a gradient that is 0 in exact arithmetic (e.g. attention key
     biases) but rounding noise in fp32 moves its parameter by about ±lr; a larger eps damps that."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip (0 = off)."""
     warmup_steps: int = 0
     """Optimizer steps of linear warm-up."""
+    optimizer: Callable[..., torch.optim.Optimizer] | None = None
+    """The optimizer class with its own arguments bound (``functools.partial``); None: AdamW with ``betas`` and
+    ``eps``. Called with the parameters, ``lr=`` and (when it takes one) ``weight_decay=``."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # Hydra hands over a ListConfig
@@ -186,3 +199,49 @@ class OptimConfig:
             raise ValueError(f"optim.eps={self.eps} must be > 0")
         if self.max_grad_norm < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("optim.max_grad_norm, optim.weight_decay and optim.warmup_steps must be >= 0")
+        if self.optimizer is None:
+            self.optimizer = functools.partial(torch.optim.AdamW, betas=self.betas, eps=self.eps)
+        self.optimizer = _checked_optimizer(self.optimizer, self.weight_decay)
+
+    def build(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        """The optimizer over ``params`` at ``lr`` (the warm-up scheduler scales it) and ``weight_decay``."""
+        kwargs: dict[str, Any] = {"lr": self.lr}
+        if _accepts(self.optimizer, "weight_decay"):
+            kwargs["weight_decay"] = self.weight_decay
+        return self.optimizer(params, **kwargs)
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _plain(value: Any) -> Any:
+    """Hydra's containers as plain Python: lists (``betas``) as tuples, as the optimizers' defaults are."""
+    if isinstance(value, ListConfig | list | tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, DictConfig):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _checked_optimizer(factory: Any, weight_decay: float) -> Callable[..., torch.optim.Optimizer]:
+    """``factory`` with plain arguments, checked at start-up: its arguments (``optim.optimizer.*``) must be ones
+    the optimizer takes, and the learning rate and weight decay come from ``optim.lr`` / ``optim.weight_decay``."""
+    if not callable(factory):
+        raise ValueError(f"optim.optimizer={factory!r} must be an optimizer class (a `_partial_: true` target)")
+    func, bound = (factory.func, dict(factory.keywords)) if isinstance(factory, functools.partial) else (factory, {})
+    for own in ("lr", "weight_decay"):
+        if own in bound:
+            raise ValueError(f"optim.optimizer.{own}: set optim.{own} instead (the module passes it to the optimizer)")
+    if not _accepts(func, "lr"):
+        raise ValueError(f"optim.optimizer={func!r} takes no `lr` argument")
+    if weight_decay > 0 and not _accepts(func, "weight_decay"):
+        raise ValueError(f"optim.weight_decay={weight_decay}: optim.optimizer={func!r} takes no weight_decay")
+    params = inspect.signature(func).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(bound) - set(params))
+        if unknown:
+            raise ValueError(f"optim.optimizer.{unknown[0]} is not an argument of {getattr(func, '__name__', func)}; "
+                             f"it takes {sorted(set(params) - {'params', 'lr', 'weight_decay'})}")
+    return functools.partial(func, **{k: _plain(v) for k, v in bound.items()})

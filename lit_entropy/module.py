@@ -346,8 +346,7 @@ class PolicyModule(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
         params = [p for p in self.parameters() if p.requires_grad]  # LoRA: the adapters only
-        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
-                                weight_decay=cfg.weight_decay)
+        opt = cfg.build(params)  # the `optim` group's optimizer (AdamW by default)
         warm = max(1, cfg.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

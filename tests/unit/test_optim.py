@@ -1,0 +1,44 @@
+"""The ``optim`` group: the optimizer is a ``_partial_`` target, AdamW by default, with the old keys' meaning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from lit_entropy.algo import OptimConfig
+from tests.helpers import compose_train
+
+OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
+
+
+def params() -> list[torch.nn.Parameter]:
+    return [torch.nn.Parameter(torch.arange(4.0))]
+
+
+def groups(opt: torch.optim.Optimizer) -> dict:
+    return {k: v for k, v in opt.param_groups[0].items() if k != "params"}
+
+
+def test_default_is_the_adamw_the_module_built_before():
+    old = torch.optim.AdamW(params(), lr=3e-4, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
+    cfg = compose_train(["optim.lr=3e-4", "optim.betas=[0.8,0.95]", "optim.eps=1e-6", "optim.weight_decay=0.1", *OUT])
+    for optim in (instantiate(cfg.optim), OptimConfig(lr=3e-4, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)):
+        new = optim.build(params())
+        assert type(new) is torch.optim.AdamW and groups(new) == groups(old)
+        new.load_state_dict(old.state_dict())  # an earlier checkpoint's optimizer state loads
+
+
+def test_sgd_is_one_option():
+    optim = instantiate(compose_train(["optim=sgd", "optim.lr=0.05", "optim.optimizer.momentum=0.5", *OUT]).optim)
+    opt = optim.build(params())
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["lr"] == 0.05
+    assert opt.param_groups[0]["momentum"] == 0.5 and optim.max_grad_norm == 1.0
+
+
+@pytest.mark.parametrize(("override", "key"), [("+optim.optimizer.foo=1", "optim.optimizer.foo"),
+                                               ("+optim.optimizer.lr=1", "optim.optimizer.lr"),
+                                               ("optim.lr=0", "optim.lr")])
+def test_a_wrong_key_fails_at_start_up_naming_itself(override, key):
+    with pytest.raises(Exception, match=key.replace(".", r"\.")):
+        instantiate(compose_train([override, *OUT]).optim)
