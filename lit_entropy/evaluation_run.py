@@ -146,12 +146,61 @@ def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
     return result
 
 
+USAGE = """usage: lit-entropy-eval [--help] [--cfg {job,hydra,all}] [key=value | group=option ...]
+       (scripts/evaluate.py takes the same arguments)
+
+Evaluate a policy with sampling: accuracy, mean@k and unbiased pass@k. The arguments are Hydra overrides of
+conf/evaluate.yaml: the training groups that describe a policy, how it samples and how it is scored, plus
+ckpt_path= and eval.*. --cfg prints the composed config unresolved (job: without hydra's node) and evaluates nothing.
+
+  lit-entropy-eval                                                  # the warm-started lab policy
+  lit-entropy-eval ckpt_path=<run>/checkpoints/last.ckpt eval.n=16 'eval.k=[1,4,16]'
+  lit-entropy-eval model=hf model.name_or_path=<dir> data=math500 rollout=vllm eval.limit=100
+"""
+
+CFG_FLAGS = ("job", "hydra", "all")
+
+
+def usage() -> str:
+    """:data:`USAGE`, the options of each group and ``conf/evaluate.yaml``'s own keys with their defaults."""
+    groups = [g for g in OmegaConf.load(CONF / "evaluate.yaml").get("defaults", []) if isinstance(g, DictConfig)]
+    lines = [USAGE, "groups (group=option):"]
+    for name in sorted(key for g in groups for key in g):
+        options = sorted(p.stem for p in (CONF / name).glob("*.yaml"))
+        lines.append(f"  {name}: {', '.join(options)}")
+    own = OmegaConf.load(CONF / "evaluate.yaml")
+    own.pop("defaults", None)
+    lines += ["", "keys (key=value), with their defaults:", OmegaConf.to_yaml(own).rstrip()]
+    return "\n".join(lines)
+
+
+def print_config(which: str, overrides: list[str]) -> None:
+    """Hydra's ``--cfg {job,hydra,all}``: the composed config (or hydra's node) as YAML, unresolved."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="evaluate", overrides=upgrade_overrides(list(overrides)),
+                      return_hydra_config=which != "job")
+    print(OmegaConf.to_yaml(cfg.hydra if which == "hydra" else cfg), end="")
+
+
 def main(argv: list[str]) -> dict:
-    """``scripts/evaluate.py key=value ...``: Hydra overrides of ``conf/evaluate.yaml``."""
+    """``scripts/evaluate.py key=value ...``: Hydra overrides of ``conf/evaluate.yaml``; ``--help`` prints the usage
+    and exits 0, ``--cfg {job,hydra,all}`` prints the composed config and evaluates nothing."""
+    argv = list(argv)
+    if {"-h", "--help"} & set(argv):
+        print(usage())
+        raise SystemExit(0)
+    for flag in ("--cfg", "-c"):
+        if flag in argv:
+            i = argv.index(flag)
+            which = argv[i + 1] if i + 1 < len(argv) else None
+            if which not in CFG_FLAGS:
+                raise SystemExit(f"{flag} takes one of {list(CFG_FLAGS)}, got {which!r}")
+            print_config(which, argv[:i] + argv[i + 2:])
+            return {}
     bad = [a for a in argv if a.startswith("-") or "=" not in a]
     if bad:
         raise SystemExit(f"scripts/evaluate.py takes Hydra overrides (key=value, group=option); got {bad}. "
-                         "E.g. ckpt_path=<run>/checkpoints/last.ckpt eval.n=16 'eval.k=[1,4,16]' data=math500")
+                         "E.g. ckpt_path=<run>/checkpoints/last.ckpt eval.n=16 'eval.k=[1,4,16]' data=math500 (--help: usage)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     model_overridden = any(a.split("=")[0].lstrip("+~") == "model" for a in argv)  # a model=<option> choice
     return run(compose_evaluate(argv), model_overridden)

@@ -8,7 +8,8 @@ Hydra overrides of ``conf/evaluate.yaml`` (the training groups model, rollout, r
     python scripts/evaluate.py data=jsonl data.prompts.path=my.jsonl eval.limit=50 eval.out=res.json
     python scripts/evaluate.py model=hf model.name_or_path=<dir> data=math500 rollout=vllm eval.limit=100
 
-The same program as the installed ``lit-entropy-eval``; see :mod:`lit_entropy.evaluation_run`.
+``--help`` prints the usage, ``--cfg job`` the composed config. The same program as the installed
+``lit-entropy-eval``; see :mod:`lit_entropy.evaluation_run`.
 """
 
 from __future__ import annotations
