@@ -44,3 +44,27 @@ class CountdownPrompts(PromptSource):
         key = f"{self.seed}:{iteration}" if round == 0 else f"{self.seed}:{iteration}:{round}"
         seed = random.Random(key).randrange(2**31)
         return [Prompt(format_prompt(p)) for p in generate_problems(n, seed=seed, config=self.task)]
+
+
+class ArithmeticPrompts(PromptSource):
+    """Generated arithmetic (:mod:`lit_entropy.tasks.arithmetic`): an endless, seeded stream of sums and
+    differences for small instruct models; the reference is the integer answer."""
+
+    def __init__(self, task: Any = None, seed: int = 1234, answer_format: str = "boxed", require_boxed: bool = False):
+        from lit_entropy.tasks.arithmetic import ANSWER_FORMATS, ArithmeticConfig, arithmetic_reward
+
+        self.task = task if isinstance(task, ArithmeticConfig) else ArithmeticConfig(**(task or {}))
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {sorted(ANSWER_FORMATS)}, got {answer_format!r}")
+        self.seed = seed
+        self.answer_format = answer_format
+        self.reward_fn = arithmetic_reward
+        self.reward_kwargs = {"require_boxed": bool(require_boxed)}
+
+    def sample(self, n: int, iteration: int, round: int = 0) -> list[Prompt]:
+        from lit_entropy.tasks.arithmetic import format_prompt, generate_problems
+
+        key = f"{self.seed}:{iteration}" if round == 0 else f"{self.seed}:{iteration}:{round}"
+        seed = random.Random(key).randrange(2**31)
+        return [Prompt(format_prompt(p, self.answer_format), reference=p.answer)
+                for p in generate_problems(n, seed=seed, config=self.task)]
