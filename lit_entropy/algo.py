@@ -204,11 +204,17 @@ class OptimConfig:
         self.optimizer = _checked_optimizer(self.optimizer, self.weight_decay)
 
     def build(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        """The optimizer over ``params`` at ``lr`` (the warm-up scheduler scales it) and ``weight_decay``."""
-        kwargs: dict[str, Any] = {"lr": self.lr}
-        if _accepts(self.optimizer, "weight_decay"):
-            kwargs["weight_decay"] = self.weight_decay
-        return self.optimizer(params, **kwargs)
+        """:func:`build_optimizer` of this config."""
+        return build_optimizer(self, params)
+
+
+def build_optimizer(cfg: Any, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimizer of an :class:`OptimConfig` (or the DictConfig Hydra makes of one when it hands it to the
+    module) over ``params``, at ``cfg.lr`` (the warm-up scheduler scales it) and ``cfg.weight_decay``."""
+    kwargs: dict[str, Any] = {"lr": cfg.lr}
+    if _accepts(cfg.optimizer, "weight_decay"):
+        kwargs["weight_decay"] = cfg.weight_decay
+    return cfg.optimizer(params, **kwargs)
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:

@@ -31,7 +31,7 @@ import torch
 
 from lit_entropy import advantages as adv
 from lit_entropy import passes, token_shaping
-from lit_entropy.algo import AlgoConfig, OptimConfig
+from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.lora import is_peft
@@ -346,7 +346,7 @@ class PolicyModule(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
         params = [p for p in self.parameters() if p.requires_grad]  # LoRA: the adapters only
-        opt = cfg.build(params)  # the `optim` group's optimizer (AdamW by default)
+        opt = build_optimizer(cfg, params)  # the `optim` group's optimizer (AdamW by default)
         warm = max(1, cfg.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

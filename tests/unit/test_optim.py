@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hydra.utils import instantiate
 
-from lit_entropy.algo import OptimConfig
+from lit_entropy.algo import OptimConfig, build_optimizer
+from lit_entropy.module import PolicyModule
 from tests.helpers import compose_train
 
 OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
@@ -27,6 +30,16 @@ def test_default_is_the_adamw_the_module_built_before():
         new = optim.build(params())
         assert type(new) is torch.optim.AdamW and groups(new) == groups(old)
         new.load_state_dict(old.state_dict())  # an earlier checkpoint's optimizer state loads
+
+
+def test_the_module_builds_it_from_what_hydra_hands_over():
+    """``instantiate(cfg.module, optim=...)`` turns the dataclass into a DictConfig: the module builds from that."""
+    optim = instantiate(compose_train(["optim.lr=3e-4", *OUT]).optim)
+    handed = instantiate({"_target_": "builtins.dict"}, optim=optim, _recursive_=False)["optim"]
+    assert not isinstance(handed, OptimConfig)
+    assert groups(build_optimizer(handed, params())) == groups(optim.build(params()))
+    default = PolicyModule.configure_optimizers(SimpleNamespace(optim_cfg=OptimConfig(), parameters=params))
+    assert type(default["optimizer"]) is torch.optim.AdamW
 
 
 def test_sgd_is_one_option():
