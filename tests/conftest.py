@@ -31,3 +31,14 @@ def _sigint_restored():
     yield
     if signal.getsignal(signal.SIGINT) is not before:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(scope="session")
+def harness():
+    """The in-process run harness (tests/harness.py): the lab's warm start built once, one shared vLLM engine."""
+    from tests.harness import Harness
+
+    h = Harness()
+    h.warm_start()
+    yield h
+    h.close()

@@ -1,4 +1,5 @@
-"""Every algo preset runs from the command line on the lab with the vLLM engine (debug=smoke)."""
+"""Every algo preset runs on the lab with the vLLM engine (debug=smoke), in-process on the shared engine
+(tests/harness.py; test_harness.py shows such a fit logs what a `scripts/train.py` process logs)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import math
 
 import pytest
 
-from tests.helpers import CONF, read_scalars
-from tests.integration.test_train_smoke import run_train
+from tests.helpers import CONF
 
 pytestmark = pytest.mark.integration
 
@@ -16,14 +16,13 @@ RULE_OF = {"clip_cov": "clip_cov", "kl_cov": "kl_cov", "clip_b": "clip_b", "clip
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_preset_smoke_run_has_finite_loss(tmp_path, preset):
+def test_preset_smoke_run_has_finite_loss(tmp_path, harness, preset):
     overrides = [f"algo={preset}", "rollout=vllm", "callbacks/entropy=none"]  # every row reaches the loss
     if preset == "entropy_bonus":
         overrides.append("algo.kl_coef=0.01")  # the KL term and its frozen reference, in the same run
     if preset == "clip_v":
         overrides.append("algo.selection_args.max_frac=0.05")  # the paper's 1e-4 selects nothing at smoke size
-    run_train(tmp_path, *overrides)
-    scalars = read_scalars(tmp_path / "run")
+    scalars = harness.fit(overrides, tmp_path).scalars
     losses = [v for _, v in scalars["train/loss"]]
     assert losses and all(math.isfinite(v) for v in losses), preset
     assert max(v for _, v in scalars["train/grad_norm"]) > 0, preset  # the smoke run learns something
