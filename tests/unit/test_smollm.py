@@ -109,3 +109,12 @@ def test_conversion_writes_atomically(tmp_path, monkeypatch, fail):
         record = smollm.convert_gguf(gguf, out)
         assert (out / "config.json").exists() and (out / "checksums.json").exists() and "Q4_1" in record["quantization"]
         assert [p.name for p in out.parent.iterdir()] == [out.name]
+
+
+def test_real_lm_experiment_composes():
+    from tests.helpers import compose_train
+
+    cfg = compose_train(["experiment=real_lm", "paths.output_dir=unused"])
+    assert cfg.model._target_ == "lit_entropy.smollm.SmolLMPolicy" and cfg.data.chat_template is True
+    assert cfg.rollout.temperature == 1.0 and cfg.callbacks.eval.every_n_iterations == 10
+    assert cfg.batch.prompts_per_iter * cfg.batch.group_size == 64
