@@ -35,7 +35,7 @@ train: $(STAMP)
 	$(PY) scripts/train.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -m "not slow and not gpu" --durations=25 $(PYTEST_ARGS) tests
 
 smoke: $(STAMP)
 	$(PY) scripts/train.py debug=smoke $(ARGS)
