@@ -1,16 +1,16 @@
-"""A real Hugging Face-format model end to end: trained BPE tokenizer, chat template, GSM8K, vLLM and HF."""
+"""A real Hugging Face-format model end to end: trained BPE tokenizer, chat template, GSM8K, vLLM and HF
+(the runs in-process on tests/harness.py; the tiny model is written by scripts/make_tiny_hf.py, a process)."""
 
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 
 import pytest
 
 from lit_entropy.data.math_sources import default_data_dir
-from tests.helpers import ROOT, read_scalars
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -40,19 +40,15 @@ def test_tiny_hf_tokenizer_has_a_working_chat_template(tiny_hf):
 
 
 @pytest.mark.parametrize("engine", ["vllm", pytest.param("hf", marks=pytest.mark.slow)])
-def test_hf_model_runs_gsm8k_with_chat_template(tmp_path, tiny_hf, engine):
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "model=hf", f"model.name_or_path={tiny_hf}",
-           "data=gsm8k", f"rollout={engine}", "data.chat_template=true", "data.system_prompt='Be brief.'",
-           "batch.prompts_per_iter=4", "batch.group_size=2", "rollout.max_new_tokens=16", "reward.workers=1",
-           "reward.overlong_buffer=4", "rollout.stop=['####']", "trainer.max_epochs=2", "callbacks/entropy=none",
-           "callbacks/law=none", "batch.micro_batch_size=8", f"paths.log_dir={tmp_path}",
-           f"hydra.run.dir={tmp_path / 'run'}"]
+def test_hf_model_runs_gsm8k_with_chat_template(tmp_path, harness, tiny_hf, engine):
+    overrides = ["model=hf", f"model.name_or_path={tiny_hf}", "data=gsm8k", f"rollout={engine}",
+                 "data.chat_template=true", "data.system_prompt='Be brief.'", "batch.prompts_per_iter=4",
+                 "batch.group_size=2", "rollout.max_new_tokens=16", "reward.workers=1", "reward.overlong_buffer=4",
+                 "rollout.stop=['####']", "trainer.max_epochs=2", "callbacks/entropy=none", "callbacks/law=none",
+                 "batch.micro_batch_size=8"]
     if engine == "vllm":
-        cmd.append("rollout.engine.show_progress=false")
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    scalars = read_scalars(tmp_path / "run")
+        overrides.append("rollout.engine.show_progress=false")
+    scalars = harness.fit(overrides, tmp_path, smoke=False).scalars
     for tag in ("rollout/entropy", "rollout/reward_mean", "rollout/response_len_mean", "train/loss",
                 "diag/logp_mismatch_max"):
         assert len(scalars[tag]) >= 2 and all(math.isfinite(v) for _, v in scalars[tag]), tag

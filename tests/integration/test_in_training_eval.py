@@ -1,4 +1,4 @@
-"""The optional in-training validation loop logs eval/* from a real run."""
+"""The optional in-training validation loop logs eval/* from a real run (in-process, tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,13 @@ import math
 
 import pytest
 
-from tests.helpers import read_scalars
-from tests.integration.test_train_smoke import run_train
-
 pytestmark = pytest.mark.integration
 
 
-def test_periodic_eval_logs_pass_at_k(tmp_path):
-    run_train(tmp_path, "rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=2",
-              "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]")
-    scalars = read_scalars(tmp_path / "run")
+def test_periodic_eval_logs_pass_at_k(tmp_path, harness):
+    scalars = harness.fit(["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=2",
+                           "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]"],
+                          tmp_path).scalars
     for tag in ("eval/accuracy", "eval/mean@1", "eval/pass@1", "eval/pass@4"):
         assert tag in scalars, sorted(scalars)
         values = [v for _, v in scalars[tag]]
@@ -26,11 +23,10 @@ def test_periodic_eval_logs_pass_at_k(tmp_path):
     assert all(a <= b + 1e-9 for a, b in zip(p1, p4, strict=True))
 
 
-def test_periodic_eval_at_start_logs_the_starting_policy_at_step_0(tmp_path):
-    run_train(tmp_path, "rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=3",
-              "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]",
-              "callbacks.eval.at_start=true")
-    scalars = read_scalars(tmp_path / "run")
+def test_periodic_eval_at_start_logs_the_starting_policy_at_step_0(tmp_path, harness):
+    scalars = harness.fit(["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=3",
+                           "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]",
+                           "callbacks.eval.at_start=true"], tmp_path).scalars
     steps = [s for s, _ in scalars["eval/pass@4"]]
     assert len(steps) == 2 and steps[0] == 0 < steps[1]  # before the first update, then after the last
     assert min(s for s, _ in scalars["rollout/entropy"]) > 0  # every iteration's metrics come after it

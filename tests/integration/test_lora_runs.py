@@ -1,42 +1,37 @@
-"""LoRA on the lab end to end: only adapters change, vLLM follows the merged weights, resume restores adapters."""
+"""LoRA on the lab end to end: only adapters change, vLLM follows the merged weights, resume restores adapters.
+
+In-process on tests/harness.py (the shared vLLM engine takes the merged weights like any other fit's)."""
 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import ROOT, read_scalars
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.integration
 
 LAB = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens=16", "reward.mode=inline",
        "rollout.engine.show_progress=false", "callbacks/entropy=adapo", "batch.micro_batch_size=16",
-       "model.lora={r: 4, alpha: 8}", "optim.lr=1e-3"]
+       "model.lora={r: 4, alpha: 8}", "optim.lr=1e-3", "callbacks.checkpoint.keep_iterations=true"]
 
 
-def _train(run: Path, *overrides: str) -> None:
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *LAB, f"paths.log_dir={run.parent}",
-           f"hydra.run.dir={run}", *overrides]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+@pytest.fixture(scope="module")
+def full(harness, tmp_path_factory):
+    """Three LoRA iterations, shared by both tests (the resume starts from its own iteration-2 checkpoint)."""
+    return harness.fit([*LAB, "trainer.max_epochs=3"], tmp_path_factory.mktemp("lora"), smoke=False, name="full")
 
 
-def test_lora_trains_adapters_only_and_syncs_vllm(tmp_path):
+def test_lora_trains_adapters_only_and_syncs_vllm(full):
     from safetensors.torch import load_file
 
-    _train(tmp_path / "full", "trainer.max_epochs=3")
-    scalars = read_scalars(tmp_path / "full")
+    scalars = full.scalars
     assert max(v for _, v in scalars["diag/logp_mismatch_max"]) <= 1e-4  # merged weights reach vLLM
     assert all(math.isfinite(v) for _, v in scalars["train/loss"])
 
-    ckpt = torch.load(tmp_path / "full" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(full.last_ckpt, map_location="cpu", weights_only=False)
     state = ckpt["state_dict"]
     adapters = {k: v for k, v in state.items() if "lora_" in k}
     assert adapters and any(float(v.abs().max()) > 0 for k, v in adapters.items() if "lora_B" in k)
@@ -50,12 +45,7 @@ def test_lora_trains_adapters_only_and_syncs_vllm(tmp_path):
 
 
 @pytest.mark.slow
-def test_lora_resume_restores_adapters_bit_for_bit(tmp_path):
-    _train(tmp_path / "full", "trainer.max_epochs=3")
-    scalars = read_scalars(tmp_path / "full")
-    _train(tmp_path / "part", "trainer.max_epochs=2")
-    ckpt_path = tmp_path / "part" / "checkpoints" / "last.ckpt"
-    _train(tmp_path / "resumed", "trainer.max_epochs=3", f"ckpt_path={ckpt_path}")
-    resumed = read_scalars(tmp_path / "resumed")
+def test_lora_resume_restores_adapters_bit_for_bit(full, harness, tmp_path):
+    resumed = harness.fit([*LAB, "trainer.max_epochs=3", f"ckpt_path={full.ckpt(2)}"], tmp_path, smoke=False)
     for tag in ("rollout/entropy", "control/eps_high"):
-        assert resumed[tag] == scalars[tag][2:], tag
+        assert resumed.scalars[tag] == full.scalars[tag][2:], tag

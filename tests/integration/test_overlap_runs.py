@@ -2,7 +2,8 @@
 
 The bound and the schedule are tested on a fake engine in ``tests/unit/test_overlap.py``; the SIGKILL resume
 with staleness 1 in ``test_exact_resume.py``. Here: staleness 0 is today's run to the last bit, and
-staleness 1 runs, logs ``rollout/staleness`` and never trains on rows older than one version.
+staleness 1 runs, logs ``rollout/staleness`` and never trains on rows older than one version. One-process runs
+are in-process (tests/harness.py); the DDP run is a ``torchrun`` process tree (the ranks are what it tests).
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ TINY = ["debug=smoke", f"trainer.max_epochs={ITERS}", "batch.prompts_per_iter=6"
 ABSENT = ["~rollout.max_staleness", "~rollout.staleness_policy"]  # engine_cores: null, the default
 
 
-def train(run: Path, *overrides: str, timeout: int = 600) -> dict[str, list[tuple[int, float]]]:
+def train_ddp(run: Path, *overrides: str, timeout: int = 600) -> dict[str, list[tuple[int, float]]]:
     cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *TINY, f"paths.log_dir={run.parent}",
            f"hydra.run.dir={run}", *overrides]
-    if any(o.startswith("trainer=ddp") for o in overrides):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *cmd[1:]]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *cmd[1:]]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -41,11 +41,15 @@ def untimed(scalars: dict) -> dict:
     return {tag: points for tag, points in scalars.items() if not tag.startswith("time/")}
 
 
-def test_staleness_zero_is_bit_identical_to_the_option_absent(tmp_path):
+def train(harness, tmp_path: Path, name: str, *overrides: str) -> dict[str, list[tuple[int, float]]]:
+    return harness.fit([*TINY, *overrides], tmp_path, smoke=False, name=name).scalars
+
+
+def test_staleness_zero_is_bit_identical_to_the_option_absent(tmp_path, harness):
     """``max_staleness=0`` is the synchronous code path: the same scalars to the last bit as a config without
     the option, no staleness tags, nothing new in the checkpoint."""
-    absent = untimed(train(tmp_path / "absent", "rollout=hf", *ABSENT))
-    zero = untimed(train(tmp_path / "zero", "rollout=hf", "rollout.max_staleness=0"))
+    absent = untimed(train(harness, tmp_path, "absent", "rollout=hf", *ABSENT))
+    zero = untimed(train(harness, tmp_path, "zero", "rollout=hf", "rollout.max_staleness=0"))
     assert sorted(absent) == sorted(zero) and "rollout/staleness" not in zero
     differing = {tag: (absent[tag], zero[tag]) for tag in absent if absent[tag] != zero[tag]}
     assert not differing, differing
@@ -54,8 +58,8 @@ def test_staleness_zero_is_bit_identical_to_the_option_absent(tmp_path):
 
 
 @pytest.mark.parametrize("engine", ["vllm", pytest.param("hf", marks=pytest.mark.slow)])
-def test_staleness_one_runs_the_lab_and_never_trains_on_older_rows(tmp_path, engine):
-    scalars = train(tmp_path / "run", f"rollout={engine}", "rollout.max_staleness=1")
+def test_staleness_one_runs_the_lab_and_never_trains_on_older_rows(tmp_path, harness, engine):
+    scalars = train(harness, tmp_path, "run", f"rollout={engine}", "rollout.max_staleness=1")
     assert [v for _, v in scalars["rollout/staleness_max"]] == [0.0] + [1.0] * (ITERS - 1)
     assert [v for _, v in scalars["rollout/staleness"]] == [0.0] + [1.0] * (ITERS - 1)
     for tag in ("rollout/entropy", "rollout/accuracy", "train/loss", "diag/logp_mismatch_mean", "time/wait_rollout"):
@@ -66,7 +70,7 @@ def test_staleness_one_runs_the_lab_and_never_trains_on_older_rows(tmp_path, eng
 
 @pytest.mark.slow
 def test_staleness_one_under_ddp_on_two_cpu_ranks(tmp_path):
-    scalars = train(tmp_path / "run", "trainer=ddp", "trainer.devices=2", "rollout.max_staleness=1",
+    scalars = train_ddp(tmp_path / "run", "trainer=ddp", "trainer.devices=2", "rollout.max_staleness=1",
                     "rollout.engine.show_progress=false", timeout=900)
     lag = scalars["rollout/staleness_max"]
     assert [s for s, _ in lag] == sorted({s for s, _ in lag})  # one writer

