@@ -1,16 +1,14 @@
-"""Weights & Biases (offline) and MLflow (local file store) beside TensorBoard: one real run writes all three."""
+"""Weights & Biases (offline) and MLflow (local file store) beside TensorBoard: one real run (in-process,
+tests/harness.py) writes all three."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers import ROOT, compose_train, read_scalars
+from tests.helpers import compose_train, read_scalars
 
 pytestmark = pytest.mark.integration
 
@@ -26,16 +24,16 @@ def test_logger_list_composes_every_chosen_logger():
     assert logger["mlflow"]["tracking_uri"] == "file:${paths.output_dir}/mlruns"
 
 
-@pytest.mark.slow  # one real run, ~75 s on a loaded 2-core machine
-def test_wandb_offline_and_mlflow_file_store_write_their_metrics(tmp_path):
-    pytest.importorskip("wandb", reason="the wandb extra is not installed")
+@pytest.mark.slow  # one real run with wandb's and MLflow's clients
+def test_wandb_offline_and_mlflow_file_store_write_their_metrics(tmp_path, harness, monkeypatch):
+    wandb = pytest.importorskip("wandb", reason="the wandb extra is not installed")
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-    run = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *TINY, "logger=[mlflow,wandb,tensorboard]",
-           f"paths.log_dir={tmp_path}", f"hydra.run.dir={run}"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    try:
+        run = harness.fit([*TINY, "logger=[mlflow,wandb,tensorboard]"], tmp_path, smoke=False).run_dir
+    finally:
+        wandb.finish()  # a process would end its wandb run on exit
 
     wandb_files = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert wandb_files and wandb_files[0].stat().st_size > 0, sorted(p.name for p in run.rglob("*"))
