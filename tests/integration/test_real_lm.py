@@ -184,3 +184,17 @@ def test_two_iterations_train_on_the_real_model(tmp_path, folder):
     assert all(math.isfinite(v) for _, v in scalars["train/loss"])
     assert max(v for _, v in scalars["diag/logp_mismatch_max"]) <= 5e-3  # fp32 vLLM vs fp32 trainer
     print(f"real-model smoke: {seconds:.0f} s")
+
+
+def test_hf_engine_samples_the_real_model_with_the_trainers_logprobs(model_and_tok):
+    from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.hf_engine import HFEngine
+    from tests.models import trainer_paths as tp
+
+    model, tok = model_and_tok
+    engine = HFEngine("", eos_id=tok.eos_id, pad_id=tok.pad_id, share_prefill=True)
+    engine.sync_weights(model)
+    prompts = [tok.encode_chat("What is 2 + 3? Answer with the number only.")]
+    gens = engine.generate(prompts, n=2, sampling=SamplingConfig(temperature=0.9, max_new_tokens=12), seed=0)
+    assert all(g.truncated or g.token_ids[-1] == tok.eos_id for g in gens[0])
+    assert tp.sampler_mismatch(model, prompts, gens) <= 1e-4
