@@ -150,11 +150,12 @@ def test_ddp_smoke_run_writes_finite_scalars_once(tmp_path):
 
 
 def test_fsdp_run_resumes_bit_for_bit_on_two_ranks(tmp_path):
-    common = ("trainer=fsdp", "trainer.devices=2")
-    _train(tmp_path / "full", *common, "trainer.max_epochs=3")
-    _train(tmp_path / "part", *common, "trainer.max_epochs=2")
-    ckpt = tmp_path / "part" / "checkpoints" / "last.ckpt"
-    _train(tmp_path / "resumed", *common, "trainer.max_epochs=3", f"ckpt_path={ckpt}")
+    """Three iterations on two FSDP2 ranks, then a resume from that run's own checkpoint after iteration 2
+    (``keep_iterations``): iteration 3 again, the same step and value."""
+    common = ("trainer=fsdp", "trainer.devices=2", "trainer.max_epochs=3")
+    _train(tmp_path / "full", *common, "callbacks.checkpoint.keep_iterations=true")
+    ckpt = tmp_path / "full" / "checkpoints" / "iteration-0002.ckpt"
+    _train(tmp_path / "resumed", *common, f"ckpt_path={ckpt}")
     full, resumed = read_scalars(tmp_path / "full"), read_scalars(tmp_path / "resumed")
     for tag in ("rollout/entropy", "control/eps_high", "rollout/accuracy"):
         assert len(full[tag]) == 3 and all(math.isfinite(v) for _, v in full[tag]), tag

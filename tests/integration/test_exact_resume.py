@@ -31,10 +31,14 @@ DEFAULT_SUITE = ("none", "entrocraft_hard")  # the rest, and adapo, are `slow`
 CONTROLLERS = ["none", "entrocraft_hard", "adapo", "entrocraft", "repo_d", "repo_r", "adaptive_bonus", "entropic"]
 
 
-def _cmd(run: Path, name: str, *extra: str) -> list[str]:
+def _overrides(name: str, *extra: str) -> list[str]:
     rollout = ENGINE.get(name, "hf")
-    return [sys.executable, str(ROOT / "scripts" / "train.py"), *LAB, f"callbacks/entropy={name}",
-            f"rollout={rollout}", *(["rollout.engine.show_progress=false"] if rollout == "vllm" else []),
+    return [*LAB, f"callbacks/entropy={name}", f"rollout={rollout}",
+            *(["rollout.engine.show_progress=false"] if rollout == "vllm" else []), *extra]
+
+
+def _cmd(run: Path, name: str, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "scripts" / "train.py"), *_overrides(name),
             f"paths.log_dir={run.parent}", f"hydra.run.dir={run}", *extra]
 
 
@@ -91,14 +95,15 @@ _BASELINES: dict[tuple, Path] = {}
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    """One uninterrupted K-iteration run per controller, shared by the tests of this module."""
+def baseline(tmp_path_factory, harness):
+    """One uninterrupted K-iteration run per controller, shared by the tests of this module: in-process
+    (tests/harness.py; test_harness.py shows it logs what a fresh process logs), the killed and resumed runs
+    it is compared with are real processes."""
 
     def get(name: str, extra: tuple[str, ...] = ()) -> Path:
         if (name, extra) not in _BASELINES:
-            run = tmp_path_factory.mktemp(f"base_{name}") / "run"
-            train(run, name, *extra)
-            _BASELINES[name, extra] = run
+            run = harness.fit(_overrides(name, *extra), tmp_path_factory.mktemp(f"base_{name}"), smoke=False)
+            _BASELINES[name, extra] = run.run_dir
         return _BASELINES[name, extra]
 
     return get
@@ -220,16 +225,16 @@ def test_ctrl_c_leaves_a_checkpoint_that_resumes_exactly(tmp_path, baseline):
     assert_same_as_baseline(run, base)
 
 
-def test_floating_point_error_leaves_checkpoints(tmp_path):
+def test_floating_point_error_leaves_checkpoints(tmp_path, harness):
     """A learning rate that blows the weights up: the run dies with FloatingPointError and leaves both the
-    last boundary (resumable) and the state at the error (refused as ``ckpt_path``, naming last.ckpt)."""
+    last boundary (resumable) and the state at the error (refused as ``ckpt_path``, naming last.ckpt).
+    In-process: the exception is what ends the run (scripts/train.py exits non-zero with it)."""
     from lit_entropy.checkpointing import check_resumable
 
-    run = tmp_path / "run"
-    proc = train(run, "none", "optim.lr=1e20", "optim.max_grad_norm=0", "module.uniform_entropy_tol=null",
-                 "module.max_logp_mismatch_mean=null", ok=False)
-    assert proc.returncode != 0 and "FloatingPointError" in proc.stderr, proc.stderr[-3000:]
-    ckpts = run / "checkpoints"
+    with pytest.raises(FloatingPointError):
+        harness.fit(_overrides("none", "optim.lr=1e20", "optim.max_grad_norm=0", "module.uniform_entropy_tol=null",
+                               "module.max_logp_mismatch_mean=null"), tmp_path, smoke=False)
+    ckpts = tmp_path / "run" / "checkpoints"
     assert check_resumable(ckpts / "last.ckpt")["kind"] == "iteration"  # boundary 0: before the first rollout
     exc = torch.load(ckpts / "exception.ckpt", map_location="cpu", weights_only=False)
     assert "FloatingPointError" in exc["lit_entropy"]["reason"]
@@ -237,14 +242,22 @@ def test_floating_point_error_leaves_checkpoints(tmp_path):
         check_resumable(ckpts / "exception.ckpt")
 
 
-def test_truncated_checkpoint_is_refused_at_start_up_naming_it(tmp_path, baseline):
+def test_truncated_checkpoint_is_refused_at_start_up_naming_it(tmp_path, baseline, monkeypatch):
+    """``lit_entropy.train.run`` (what scripts/train.py calls) refuses it before ``build``: before the warm
+    start and the engine start; the message names the file and says why, without the unpickler's trace."""
+    import traceback
+
+    from lit_entropy import train as train_mod
+    from tests.helpers import compose_train
+
     good = baseline("none") / "checkpoints" / "last.ckpt"
     bad = tmp_path / "truncated.ckpt"
     data = good.read_bytes()
     bad.write_bytes(data[: len(data) // 2])
-    t0 = time.monotonic()
-    proc = train(tmp_path / "run", "none", f"ckpt_path={bad}", ok=False)
-    assert proc.returncode != 0
-    assert str(bad) in proc.stderr and "truncated" in proc.stderr, proc.stderr[-3000:]
-    assert "Unpickling" not in proc.stderr and "PytorchStreamReader" not in proc.stderr
-    assert time.monotonic() - t0 < 60  # refused before the warm start and the engine start
+    cfg = compose_train([*_overrides("none"), f"ckpt_path={bad}", f"paths.output_dir={tmp_path / 'run'}"])
+    monkeypatch.setattr(train_mod, "build", lambda *a, **k: pytest.fail("built before the checkpoint check"))
+    with pytest.raises(Exception) as err:  # noqa: B017 - what it raises is checked below, by its text
+        train_mod.run(cfg)
+    printed = "".join(traceback.format_exception(err.value))  # what the process would print on stderr
+    assert str(bad) in printed and "truncated" in printed, printed[-3000:]
+    assert "Unpickling" not in printed and "PytorchStreamReader" not in printed
