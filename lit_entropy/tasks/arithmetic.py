@@ -59,7 +59,7 @@ class ArithmeticConfig:
     """Smallest operand (>= 0)."""
     max_operand: int = 20
     """Largest operand (<= 10**6)."""
-    ops: str = "+-"
+    ops: str = "+"
     """Operators to draw from, a string over ``+-*``."""
     allow_negative: bool = False
     """False: problems whose answer (or any partial result) is negative are redrawn."""
