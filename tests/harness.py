@@ -123,6 +123,14 @@ class Harness:
 
         return make
 
+    def _drop_dirty(self, everything: bool) -> None:
+        """Close and forget shared engines that a later fit must not inherit (see :meth:`fit`)."""
+        for key, engine in list(self.engines.items()):
+            llm = getattr(engine, "llm", None)
+            if everything or llm is None or llm.llm_engine.has_unfinished_requests():
+                engine.close()
+                del self.engines[key]
+
     def close(self) -> None:
         for engine in self.engines.values():
             engine.close()
@@ -133,9 +141,17 @@ class Harness:
         return compose_train([*(SMOKE if smoke else []), *overrides, f"paths.root_dir={ROOT}",
                               f"paths.log_dir={run_dir.parent}", f"paths.output_dir={run_dir}"])
 
-    def fit(self, overrides: list[str], tmp_path: Path, *, smoke: bool = True, name: str = "run") -> RunResult:
+    def fit(self, overrides: list[str], tmp_path: Path, *, smoke: bool = True, name: str = "run",
+            fresh_engine: bool = False) -> RunResult:
         """Fit the run ``overrides`` compose (after ``debug=smoke`` unless ``smoke=False``) in
-        ``tmp_path / name`` as ``scripts/train.py`` would; raises what the run raises."""
+        ``tmp_path / name`` as ``scripts/train.py`` would; raises what the run raises.
+
+        ``fresh_engine``: the fit starts (and closes) an engine of its own, as a process would, instead of
+        borrowing the shared one: for runs compared bit for bit with real processes. An overlapped run
+        (``rollout.max_staleness`` > 0, a background thread generating) never borrows the shared engine, and
+        a shared engine left with unfinished requests, or lent to a fit that raised, is closed and dropped,
+        so no later fit inherits its scheduler state.
+        """
         from lit_entropy.checkpointing import check_resumable
         from lit_entropy.train import build
 
@@ -144,13 +160,21 @@ class Harness:
         ckpt_path = cfg.get("ckpt_path")
         special = ckpt_path in ("last", "hpc", "registry")
         resume_step = check_resumable(ckpt_path)["step"] if ckpt_path and not special else None
-        engine = self.engine_factory(cfg.rollout.engine) if cfg.rollout.engine._target_ == VLLM_TARGET else None
-        with _process_state() as caught:
-            trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume_step)
-            try:
-                trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-            finally:
-                datamodule.close()
+        share = (cfg.rollout.engine._target_ == VLLM_TARGET and not fresh_engine
+                 and not cfg.rollout.get("max_staleness", 0))
+        engine = self.engine_factory(cfg.rollout.engine) if share else None
+        clean = False
+        try:
+            with _process_state() as caught:
+                trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume_step)
+                try:
+                    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+                finally:
+                    datamodule.close()
+            clean = True
+        finally:
+            if share:
+                self._drop_dirty(everything=not clean)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:

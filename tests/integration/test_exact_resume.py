@@ -97,12 +97,14 @@ _BASELINES: dict[tuple, Path] = {}
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory, harness):
     """One uninterrupted K-iteration run per controller, shared by the tests of this module: in-process
-    (tests/harness.py; test_harness.py shows it logs what a fresh process logs), the killed and resumed runs
+    (tests/harness.py) with an engine of its own (``fresh_engine``: a shared engine that served other fits
+    before gave scalars that differ from a fresh process's in the full suite), the killed and resumed runs
     it is compared with are real processes."""
 
     def get(name: str, extra: tuple[str, ...] = ()) -> Path:
         if (name, extra) not in _BASELINES:
-            run = harness.fit(_overrides(name, *extra), tmp_path_factory.mktemp(f"base_{name}"), smoke=False)
+            run = harness.fit(_overrides(name, *extra), tmp_path_factory.mktemp(f"base_{name}"), smoke=False,
+                              fresh_engine=True)
             _BASELINES[name, extra] = run.run_dir
         return _BASELINES[name, extra]
 

@@ -69,9 +69,8 @@ def test_gguf_folder_is_a_plain_hf_folder_with_the_chat_template(folder, model_a
 
 def test_second_call_reuses_the_cache(folder):
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
-    t0 = time.perf_counter()
     assert smollm.gguf_folder(CACHE) == folder
-    assert time.perf_counter() - t0 < 15 and (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # not written again
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".tmp-")]
 
 
