@@ -124,12 +124,12 @@ class Harness:
         return make
 
     def _drop_dirty(self, everything: bool) -> None:
-        """Close and forget shared engines that a later fit must not inherit (see :meth:`fit`)."""
-        for key, engine in list(self.engines.items()):
-            llm = getattr(engine, "llm", None)
-            if everything or llm is None or llm.llm_engine.has_unfinished_requests():
-                engine.close()
-                del self.engines[key]
+        """Close the shared engines when one of them must not be inherited by a later fit (see :meth:`fit`):
+        all of them, since closing one tears down vLLM's parallel groups the others use."""
+        dirty = [e for e in self.engines.values()
+                 if getattr(e, "llm", None) is None or e.llm.llm_engine.has_unfinished_requests()]
+        if everything or dirty:
+            self.close()
 
     def close(self) -> None:
         for engine in self.engines.values():
@@ -162,6 +162,10 @@ class Harness:
         resume_step = check_resumable(ckpt_path)["step"] if ckpt_path and not special else None
         share = (cfg.rollout.engine._target_ == VLLM_TARGET and not fresh_engine
                  and not cfg.rollout.get("max_staleness", 0))
+        if cfg.rollout.engine._target_ == VLLM_TARGET and not share:
+            # Closing an in-process vLLM engine tears down vLLM's global parallel groups, which every other
+            # engine of the process uses: the private engine's close would break the shared ones.
+            self.close()
         engine = self.engine_factory(cfg.rollout.engine) if share else None
         clean = False
         try:
