@@ -35,7 +35,7 @@ def settings_for(quick: bool, repeats: int | None) -> dict:
         return {"repeats": repeats or 2, "max_new_tokens": 16, "batches": [[4, 4]], "quick_policy": True,
                 "entropy_shapes": [[4, 32, 512]], "chunk_size": 32}
     return {"repeats": repeats or 5, "max_new_tokens": 16, "batches": [[16, 8], [64, 8], [128, 8]],
-            "quick_policy": False, "entropy_shapes": [[32, 256, 8192], [8, 512, 32000]], "chunk_size": 1024}
+            "quick_policy": False, "entropy_shapes": [[32, 256, 8192], [8, 512, 32000], [8, 256, 49152]], "chunk_size": 1024}
 
 
 def timed(fn: Callable[[], object]) -> float:

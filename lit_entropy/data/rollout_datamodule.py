@@ -19,6 +19,7 @@ import logging
 import random
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 import lightning.pytorch as pl
@@ -84,6 +85,7 @@ class RolloutDataModule(pl.LightningDataModule):
         s = sampler.sampling if sampler is not None else None
         self._finish: Any = None
         self._warm = False
+        self.context: int | None = None  # the policy's context in tokens, known once it starts
         self.producer = (Producer(s.max_staleness, s.staleness_policy, engine_cores=s.engine_cores)
                          if s is not None and s.max_staleness > 0 else None)
         if self.producer is not None:
@@ -237,6 +239,7 @@ class RolloutDataModule(pl.LightningDataModule):
         """A round's prompts, their ids, this rank's block ``[first, last)`` and the sampling seed."""
         prompts = self.prompts.sample(self.batch.prompts_per_iter, iteration, rnd)
         prompt_ids = [self.encode_prompt(tok, p.text) for p in prompts]
+        check_context(prompts, prompt_ids, self.context, self.sampler.sampling.max_new_tokens, iteration)
         first, last = dist.shard_bounds(len(prompts))
         seed = random.Random(f"{self.seed}:gen:{iteration}:{rnd}").randrange(2**30)
         return prompts, prompt_ids, first, last, seed
@@ -280,6 +283,16 @@ class RolloutDataModule(pl.LightningDataModule):
                              "instruct model's tokenizer); the lab's character tokenizer has none")
         if self.sampler is None:
             raise ValueError("RolloutDataModule needs a sampler (the `rollout` and `reward` config groups)")
+        self.context = getattr(getattr(policy.model, "config", None), "max_position_embeddings", None)
+        if self.context is not None and self.sampler is not None:  # refuse at start-up what the first round would
+            first = self.prompts.sample(min(256, self.batch.prompts_per_iter * 8), 0)
+            cut = check_context(first, [self.encode_prompt(policy.tokenizer, p.text) for p in first], self.context,
+                                self.sampler.sampling.max_new_tokens, 0)
+            if cut:
+                log.warning("%d of %d sampled prompts leave fewer than rollout.max_new_tokens=%d positions in the "
+                            "model's context (%d): their completions stop at the context and count in "
+                            "rollout/truncated_frac", cut, len(first), self.sampler.sampling.max_new_tokens,
+                            self.context)
         trainer = getattr(policy, "_trainer", None)
         world = trainer.world_size if trainer is not None else 1
         with preserved_rng():  # vLLM seeds the global RNGs when it starts; a resumed run starts it later
@@ -369,3 +382,19 @@ def rollout_metrics(batch: RolloutBatch, gens: list[Generation], texts: list[str
         "rollout/zero_std_frac": float((grouped.max(-1).values == grouped.min(-1).values).float().mean()),
         "rollout/distinct_correct": sum(len(s) for s in distinct.values()) / max(1, num_prompts),
     }
+
+
+def check_context(prompts: Sequence[Any], prompt_ids: Sequence[list[int]], context: int | None, max_new_tokens: int,
+                  iteration: int) -> int:
+    """Refuse a prompt that does not fit the model's context (it would leave no room for a completion), naming it;
+    return how many prompts leave fewer than ``max_new_tokens`` positions (their completions are cut at the
+    context and counted as truncated)."""
+    if context is None:
+        return 0
+    cut = 0
+    for i, (p, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
+        if len(ids) >= context:
+            raise ValueError(f"prompt {i} of iteration {iteration} ({p.text[:60]!r}...) is {len(ids)} tokens, the "
+                             f"model's context is {context}: shorten it or drop it from the data")
+        cut += len(ids) + max_new_tokens > context
+    return cut

@@ -67,3 +67,16 @@ def test_minibatches_cover_kept_rows_once():
     rows = sorted(r for mb in mbs for r in mb["group_index"].tolist())
     assert len(mbs) == 2 and sum(mb["input_ids"].shape[0] for mb in mbs) == 3
     assert rows == [0, 0, 1]
+
+
+def test_check_context_refuses_a_prompt_past_the_context_and_counts_cut_budgets():
+    from lit_entropy.data.prompts import Prompt
+    from lit_entropy.data.rollout_datamodule import check_context
+
+    prompts = [Prompt("short", "1"), Prompt("long enough to cut", "2"), Prompt("far too long", "3")]
+    ids = [[1] * 4, [1] * 10, [1] * 16]
+    assert check_context(prompts[:2], ids[:2], context=16, max_new_tokens=4, iteration=0) == 0  # 10 + 4 fits 16
+    assert check_context(prompts[:2], ids[:2], context=13, max_new_tokens=4, iteration=0) == 1  # 10 + 4 > 13
+    assert check_context(prompts[:2], ids[:2], context=None, max_new_tokens=4, iteration=0) == 0
+    with pytest.raises(ValueError, match=r"prompt 2 of iteration 7 \('far too long'.*16 tokens.*context is 16"):
+        check_context(prompts, ids, context=16, max_new_tokens=4, iteration=7)
