@@ -12,6 +12,10 @@ EXTRAS ?= cpu,dev
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`, each pinned to its share of the cores (tests/conftest.py); a test file
+# stays on one worker (--dist loadfile), so module fixtures and the harness's shared engine are per worker.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup train test smoke lint bench bench-trl clean
 
@@ -35,7 +39,7 @@ train: $(STAMP)
 	$(PY) scripts/train.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not gpu" --durations=25 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not gpu" --durations=25 $(PYTEST_ARGS) tests
 
 smoke: $(STAMP)
 	$(PY) scripts/train.py debug=smoke $(ARGS)

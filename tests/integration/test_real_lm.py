@@ -79,6 +79,28 @@ def test_policy_preset_builds_the_cached_folder(folder):
     assert bundle.path == str(folder) and bundle.tokenizer.eos_id == 2
 
 
+def test_lora_on_the_real_model_trains_adapters_only(folder, model_and_tok):
+    """``model.lora`` on SmolLM2: a small trainable fraction, the base model's outputs at the start (B = 0), and a
+    step that moves the adapters and the outputs but no base weight."""
+    base, tok = model_and_tok
+    policy = smollm.SmolLMPolicy(cache_dir=CACHE, lora={"r": 8, "alpha": 16}).build().model
+    trainable = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
+    total = sum(p.numel() for p in policy.parameters())
+    assert trainable and all("lora_" in n for n, _ in trainable)
+    assert 0 < sum(p.numel() for _, p in trainable) / total < 0.02
+    ids = torch.tensor([tok.encode_chat("What is 3 + 4?")])
+    with torch.no_grad():
+        want = base(ids).logits
+        assert torch.allclose(policy(ids).logits, want, atol=1e-4)
+    frozen = {n: p.detach().clone() for n, p in policy.named_parameters() if not p.requires_grad}
+    opt = torch.optim.SGD([p for _, p in trainable], lr=1e-2)
+    policy(ids).logits[0, -1].log_softmax(-1)[20].backward()
+    opt.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in policy.named_parameters() if not p.requires_grad)
+    with torch.no_grad():
+        assert not torch.allclose(policy(ids).logits, want, atol=1e-4)
+
+
 def test_shared_prompt_passes_equal_whole_rows_on_the_real_weights(model_and_tok):
     from tests.models import trainer_paths as tp
 

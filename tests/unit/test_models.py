@@ -94,3 +94,19 @@ def test_the_character_model_refuses_prompts_it_cannot_read_or_fit():
         spec.check_prompts(FixedPrompts("3,5,2=16:", "Jane has 3 apples"), max_new_tokens=16)
     with pytest.raises(ValueError, match=r"needs 70 positions.*rollout.max_new_tokens=60.*max_position_embeddings=64"):
         spec.check_prompts(FixedPrompts("3,5,2=16:"), max_new_tokens=60)
+
+
+def test_build_lock_excludes_a_second_process(tmp_path):
+    import subprocess
+    import sys
+
+    from lit_entropy.models import build_lock
+
+    target = tmp_path / "cache" / "policy"
+    probe = ("import fcntl, sys\nf = open(sys.argv[1], 'w')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "    print('free')\nexcept BlockingIOError:\n    print('held')\n")
+    lock = tmp_path / "cache" / ".policy.lock"
+    with build_lock(target):
+        held = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True).stdout
+    free = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True).stdout
+    assert (held.strip(), free.strip()) == ("held", "free")
