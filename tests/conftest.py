@@ -29,6 +29,7 @@ def _pin_xdist_worker() -> None:
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < count:
         return
+    os.environ["LIT_ENTROPY_TEST_CORES"] = ",".join(map(str, cores))  # the `all_cores` fixture gives them back
     mine = cores[int(worker.removeprefix("gw")) % count :: count]
     os.sched_setaffinity(0, mine)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -51,6 +52,19 @@ def _sigint_restored():
     yield
     if signal.getsignal(signal.SIGINT) is not before:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture
+def all_cores():
+    """Every core the test session started with, this process pinned to them for the test (an xdist worker is
+    otherwise pinned to its share): for tests that split the cores themselves."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    before = os.sched_getaffinity(0)
+    cores = {int(c) for c in os.environ.get("LIT_ENTROPY_TEST_CORES", "").split(",") if c} or before
+    os.sched_setaffinity(0, cores)
+    yield sorted(cores)
+    os.sched_setaffinity(0, before)
 
 
 @pytest.fixture(scope="session")
