@@ -92,32 +92,39 @@ class HFEngine(RolloutEngine):
                  and model_support.allow_shared_prompts(model, width + sampling.max_new_tokens, "shared prefill"))
         past = self._shared_prefill(model, ids, attn, n) if share else None
         ids, attn = ids.repeat_interleave(n, 0), attn.repeat_interleave(n, 0)
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        # generate() appends its own warpers AFTER a caller's processors, so the warpers are ours here (the same
+        # classes in generate's order) and the stats come last: they see the distribution tokens are drawn from.
+        t, k, p = sampling.engine_temperature, sampling.top_k or 0, sampling.top_p
+        stats = SampledStats(with_kept=p < 1 or bool(k))
+        warpers = ([TemperatureLogitsWarper(t)] if t != 1.0 else []) + ([TopKLogitsWarper(k)] if k else []) \
+            + ([TopPLogitsWarper(p)] if p < 1.0 else [])
         with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
             out = model.generate(
                 input_ids=ids,
                 attention_mask=attn,
                 do_sample=True,
-                temperature=sampling.engine_temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k or 0,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
                 max_new_tokens=sampling.max_new_tokens,
                 eos_token_id=self.eos_id,
                 pad_token_id=self.pad_id,
-                output_scores=True,
+                logits_processor=LogitsProcessorList([*warpers, stats]),
                 return_dict_in_generate=True,
                 past_key_values=past,
             )
         new = out.sequences[:, width:]
-        # `scores` are the processed logits (after temperature / top-k / top-p, -inf outside the kept set): the
-        # sampling distribution, renormalised by the log-softmax.
-        logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
-        chosen = logp.gather(-1, new[:, :, None]).squeeze(-1)
-        entropy = torch.special.entr(logp.exp()).sum(-1).tolist()  # of the sampled distribution; 0·log 0 = 0
-        truncating = sampling.top_p < 1 or bool(sampling.top_k)
-        kept = torch.stack([torch.isfinite(s).sum(-1) for s in out.scores], 1).tolist() if truncating else None
+        chosen, entropy, kept = stats.finish(new)
         gens = []
-        for i, (toks, lps) in enumerate(zip(new.tolist(), chosen.tolist(), strict=True)):  # one conversion each
+        for i, (toks, lps) in enumerate(zip(new.tolist(), chosen, strict=True)):  # one conversion each
             length = toks.index(self.eos_id) + 1 if self.eos_id in toks else len(toks)
             gens.append(Generation(token_ids=toks[:length], logprobs=lps[:length],
                                    truncated=self.eos_id not in toks[:length],
@@ -135,3 +142,38 @@ class HFEngine(RolloutEngine):
         keys, values = prefix.cache_tensors(out.past_key_values)
         return prefix.build_cache(prefix.model_config(model), [k.repeat_interleave(n, 0) for k in keys],
                                   [v.repeat_interleave(n, 0) for v in values])
+
+
+class SampledStats:
+    """Per generated token, the log-prob and entropy of the distribution it was drawn from, without keeping every
+    step's scores (``output_scores`` holds steps × rows × vocabulary floats: 2 GB for 64 rows × 160 steps of a
+    49k vocabulary). Run last in ``generate``'s processor list, it sees the processed logits (after temperature,
+    top-k, top-p; -inf outside the kept set), i.e. the sampling distribution, renormalised by the log-softmax;
+    the token drawn at step t arrives as the last input id of step t + 1, so only one step's log-probs are kept.
+    ``generate`` must not add warpers of its own after it (the engine passes temperature 1, top-k 0, top-p 1)."""
+
+    def __init__(self, with_kept: bool = False) -> None:
+        self.with_kept = with_kept
+        self.prev: torch.Tensor | None = None
+        self.logp: list[torch.Tensor] = []
+        self.entropy: list[torch.Tensor] = []
+        self.kept: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prev is not None:
+            self.logp.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        self.entropy.append(torch.special.entr(logp.exp()).sum(-1))  # 0·log 0 = 0
+        if self.with_kept:
+            self.kept.append(torch.isfinite(scores).sum(-1))
+        self.prev = logp
+        return scores
+
+    def finish(self, new: torch.Tensor) -> tuple[list, list, list | None]:
+        """Per row lists of the chosen tokens' log-probs, the entropies and (top-p/top-k) the kept-set sizes."""
+        if self.prev is not None and len(self.logp) < new.shape[1]:
+            self.logp.append(self.prev.gather(-1, new[:, -1:]).squeeze(-1))
+        self.prev = None
+        chosen = torch.stack(self.logp, 1).tolist()
+        entropy = torch.stack(self.entropy, 1).tolist()
+        return chosen, entropy, torch.stack(self.kept, 1).tolist() if self.with_kept else None
