@@ -43,12 +43,15 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def head_dim(config: Any) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def linear_shapes(config: Any) -> list[tuple[str, int, int, int]]:
     """``(name, in, out, count)`` of every matmul weight of a Llama-style decoder (and its output head)."""
     h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
-    kv = config.num_key_value_heads * head_dim
-    q = config.num_attention_heads * head_dim
+    kv = config.num_key_value_heads * head_dim(config)
+    q = config.num_attention_heads * head_dim(config)
     return [("q_proj", h, q, layers), ("k_proj", h, kv, layers), ("v_proj", h, kv, layers), ("o_proj", q, h, layers),
             ("gate_proj", h, inter, layers), ("up_proj", h, inter, layers), ("down_proj", inter, h, layers),
             ("lm_head", h, config.vocab_size, 1)]
@@ -73,8 +76,7 @@ def read_bandwidth(repeats: int, gib: float = 1.0) -> float:
 
 
 def kv_bytes_per_token(config: Any, bytes_per: int) -> int:
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * bytes_per
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim(config) * bytes_per
 
 
 def limits(config: Any, rate: float, bandwidth: float, bytes_per: int, batch: int, context: int,
@@ -170,8 +172,8 @@ def bench_limits(folder: str, config: Any, repeats: int, prompts: int = 8, group
         fractions = {k: measured[k] / lim[k] for k in ("decode_tokens_per_s", "pass_tokens_per_s",
                                                        "update_tokens_per_s")}
         fractions["sync_s"] = lim["sync_s"] / measured["sync_s"]
-        report["dtypes"][dtype] = {"matmul": rate, "decode_matmul": decode_rate, "limits": lim, "phases": phases, "measured": measured,
-                                   "fraction_of_limit": fractions}
+        report["dtypes"][dtype] = {"matmul": rate, "decode_matmul": decode_rate, "limits": lim, "phases": phases,
+                                   "measured": measured, "fraction_of_limit": fractions}
     return report
 
 
@@ -191,7 +193,7 @@ def markdown(report: dict) -> list[str]:
                 ("pre-update pass tokens/s", "pass_tokens_per_s", ""),
                 ("update (fwd+bwd) tokens/s", "update_tokens_per_s", "")]
         for label, key, note in rows:
-            lines.append(f"| {dtype} | {fmt(d['matmul']['gflops'])} / {fmt(d['decode_matmul']['gflops'])} | {label} | {fmt(m[key])} | {fmt(lim[key])}{note} | "
-                         f"{fmt(f[key], 2)} |")
+            rates = f"{fmt(d['matmul']['gflops'])} / {fmt(d['decode_matmul']['gflops'])}"
+            lines.append(f"| {dtype} | {rates} | {label} | {fmt(m[key])} | {fmt(lim[key])}{note} | {fmt(f[key], 2)} |")
         lines.append(f"| {dtype} | | weight sync s | {fmt(m['sync_s'])} | {fmt(lim['sync_s'])} | {fmt(f['sync_s'], 2)} |")
     return lines + [""]

@@ -284,7 +284,7 @@ class RolloutDataModule(pl.LightningDataModule):
         if self.sampler is None:
             raise ValueError("RolloutDataModule needs a sampler (the `rollout` and `reward` config groups)")
         self.context = getattr(getattr(policy.model, "config", None), "max_position_embeddings", None)
-        if self.context is not None and self.sampler is not None:  # refuse at start-up what the first round would
+        if self.context is not None:  # refuse at start-up what the first round would
             first = self.prompts.sample(min(256, self.batch.prompts_per_iter * 8), 0)
             cut = check_context(first, [self.encode_prompt(policy.tokenizer, p.text) for p in first], self.context,
                                 self.sampler.sampling.max_new_tokens, 0)
