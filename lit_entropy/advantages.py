@@ -12,6 +12,8 @@ Estimators (all ``[B] -> [B]`` fp32, pick one by name with :func:`compute_advant
 * :func:`w_reinforce` — W-REINFORCE (Zhu et al. 2025), ``+λ`` / ``−1`` with no baseline.
 * :func:`qae` — QAE (Wu et al. 2025, arXiv 2509.22611), the group's K-quantile as baseline.
 * :func:`pass_at_k` — Pass@k training (Chen et al. 2025, arXiv 2508.10751), closed-form group advantage.
+* :func:`maxrl` — MaxRL (Tajwar et al. 2026, arXiv 2602.02710), the group mean divides instead of the std.
+* :func:`grpo_batch` — batch-level scaling (TRL ``scale_rewards="batch"``, Lite PPO): group mean, batch std.
 
 Reward shaping applied before an estimator: :func:`unlikeliness_rewards` (He et al. 2025).
 Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`select_groups`, which the
@@ -244,7 +246,42 @@ def pass_at_k(rewards: Tensor, group_size: int, k: int = 4, correct_threshold: f
     return torch.where(correct, per_group[:, :1], per_group[:, 1:]).reshape(-1)
 
 
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk")
+def maxrl(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
+    """MaxRL advantages (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", arXiv 2602.02710;
+    prime-rl ``max_rl``, TRL ``MaxRLTrainer``'s p-normalisation), fp32 [B].
+
+    ``A_i = (R_i − mean_G R)/(mean_G R + eps)``. With binary rewards and c of G correct (p = c/G) a correct
+    response gets ``(1 − p)/p`` and a wrong one ``−1``: the group's gradient is weighted by ``1/p``, the
+    gradient of ``log p`` (the likelihood of success) instead of ``p`` (pass@1), so hard prompts weigh more.
+    The rewards should be non-negative (a mean near 0 from mixed signs would blow up). All-equal groups
+    (all wrong included) give exactly 0.
+    """
+    grouped = _grouped(rewards, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    centred = (grouped - mean) / (mean + eps)
+    flat = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(flat, torch.zeros_like(centred), centred).reshape(-1)
+
+
+def grpo_batch(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
+    """Batch-scaled group advantages (TRL ``scale_rewards="batch"``; "Lite PPO", Liu et al. 2025, "Part I: Tricks
+    or Traps?", arXiv 2508.08221), fp32 [B].
+
+    ``A_i = (R_i − mean_G R)/(std_B R + eps)``: the group mean is the baseline, as in :func:`grpo`, but one
+    standard deviation of ALL the batch's rewards (unbiased, ``correction=1``, as ``torch.std`` in TRL) scales
+    every group, so near-flat groups are not blown up. All-equal groups give exactly 0; a batch of equal
+    rewards gives all zeros.
+    """
+    grouped = _grouped(rewards, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    std = grouped.reshape(-1).std(correction=1) if grouped.numel() > 1 else torch.zeros(())
+    centred = centred / (std + eps)
+    flat = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(flat, torch.zeros_like(centred), centred).reshape(-1)
+
+
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk", "maxrl",
+                               "grpo_batch")
 """Names accepted by :func:`compute_advantages`."""
 
 # Keyword arguments each estimator understands; others in ``_KNOWN_KWARGS`` are dropped for it.
@@ -256,6 +293,8 @@ _ACCEPTED_KWARGS: dict[str, frozenset[str]] = {
     "w_reinforce": frozenset({"lam", "correct_threshold"}),
     "qae": frozenset({"quantile_k", "eps"}),
     "passk": frozenset({"k", "correct_threshold", "eps"}),
+    "maxrl": frozenset({"eps"}),
+    "grpo_batch": frozenset({"eps"}),
 }
 _KNOWN_KWARGS = frozenset().union(*_ACCEPTED_KWARGS.values())
 
@@ -265,7 +304,8 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
 
     ``"grpo"`` → :func:`grpo`, ``"dr_grpo"`` → :func:`dr_grpo`, ``"rloo"`` → :func:`rloo`,
     ``"reinforce_pp"`` → :func:`reinforce_pp_baseline`, ``"w_reinforce"`` → :func:`w_reinforce`,
-    ``"qae"`` → :func:`qae`, ``"passk"`` → :func:`pass_at_k`.
+    ``"qae"`` → :func:`qae`, ``"passk"`` → :func:`pass_at_k`, ``"maxrl"`` → :func:`maxrl`,
+    ``"grpo_batch"`` → :func:`grpo_batch`.
 
     ``kwargs`` may hold the union of the estimators' options (``eps``, ``scale_std``, ``lam``,
     ``correct_threshold``, ``quantile_k``, ``k``), e.g. straight from a config; each is forwarded only to the estimators it
@@ -293,6 +333,10 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
         return qae(rewards, group_size, **opts)
     if name == "passk":
         return pass_at_k(rewards, group_size, **opts)
+    if name == "maxrl":
+        return maxrl(rewards, group_size, **opts)
+    if name == "grpo_batch":
+        return grpo_batch(rewards, group_size, **opts)
     return w_reinforce(rewards, group_size=group_size, **opts)
 
 

@@ -17,9 +17,12 @@ from omegaconf import DictConfig, ListConfig
 from lit_entropy import token_shaping
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives import registry
+from lit_entropy.objectives import trust_region as tr
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs, parse_args
 
-LOSSES = ("ppo", "gspo", "gppo")
+LOSSES = ("ppo", "gspo", "gppo", *tr.LOSSES)
+PPO_CLIP_LOSSES = ("ppo", "gppo")
+"""The losses built on PPO's per-token ratio clip (what dual_clip, archer, simko and the clip rules change)."""
 REWARD_TRANSFORMS = ("unlikeliness",)
 
 
@@ -30,7 +33,8 @@ class AlgoConfig:
     name: str = "grpo"
     """Preset name (for run names and logs)."""
     advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce, qae, passk (docs/design.md §7.1)."""
+    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce, qae, passk, maxrl, grpo_batch
+    (docs/design.md §7.1)."""
     advantage_args: dict[str, Any] = field(default_factory=dict)
     """Extra estimator arguments, e.g. ``{lam: 0.1}`` for w_reinforce, ``{quantile_k: 0.4}`` for qae,
     ``{k: 4}`` for passk."""
@@ -45,7 +49,11 @@ class AlgoConfig:
     """Unlikeliness rank penalty."""
     loss: str = "ppo"
     """``ppo``: per-token clipped ratio; ``gspo``: one clipped ratio per sequence (Zheng et al. 2025);
-    ``gppo``: PPO's value with a gradient kept on clipped tokens (GPPO / CE-GPPO, docs/objectives.md)."""
+    ``gppo``: PPO's value with a gradient kept on clipped tokens (GPPO / CE-GPPO, docs/objectives.md);
+    ``cispo``, ``sapo``, ``dppo_tv``, ``dppo_kl``: losses that replace the clip
+    (:mod:`lit_entropy.objectives.trust_region`)."""
+    loss_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the loss beyond the clip knobs: ``{tau_pos, tau_neg}`` for sapo, ``{ratio_cap}`` for dppo_*."""
     eps_low: float = 0.2
     """Lower clip range: the ratio is clipped at ``1 - eps_low`` (initial value of the knob)."""
     eps_high: float = 0.2
@@ -90,6 +98,7 @@ class AlgoConfig:
         self.advantage_args = dict(self.advantage_args or {})
         self.token_shaping_args = dict(self.token_shaping_args or {})
         self.selection_args = dict(self.selection_args or {})
+        self.loss_args = dict(self.loss_args or {})
         self.term_coefs = dict(self.term_coefs or {})
         self.erc = parse_args(ErcArgs, self.erc, "erc")
         self.archer = parse_args(ArcherArgs, self.archer, "archer")
@@ -129,6 +138,7 @@ class AlgoConfig:
             if value not in allowed:
                 raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
         registry.check_selection_args(self.selection, self.selection_args)
+        tr.check_loss_args(self.loss, self.loss_args)
         token_shaping.check_args(self.token_shaping, self.token_shaping_args)
         k, q = self.advantage_args.get("k"), self.advantage_args.get("quantile_k")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
@@ -147,14 +157,19 @@ class AlgoConfig:
                 f"algo.loss=gspo uses one ratio per sequence; algo.selection={self.selection} acts on "
                 "per-token ratios and covariances: pick one"
             )
+        if self.loss in tr.LOSSES and rule is not None and rule.per_token_ratios:
+            raise ValueError(
+                f"algo.loss={self.loss} replaces PPO's clip; algo.selection={self.selection} is defined on PPO's "
+                "clipped ratio (it detaches or replaces PPO-clip tokens): pick one")
         replaces_ppo = rule is not None and rule.effect == "kl_selected"  # KL-Cov's loss has no clip
-        if self.dual_clip is not None and (self.loss == "gspo" or replaces_ppo):
+        no_clip = self.loss not in PPO_CLIP_LOSSES or replaces_ppo
+        if self.dual_clip is not None and no_clip:
             raise ValueError(
                 "algo.dual_clip applies to the per-token PPO ratio; it has no meaning with "
                 f"algo.loss={self.loss} / algo.selection={self.selection}"
             )
         per_token = [k for k in ("archer", "simko") if getattr(self, k) is not None]
-        if per_token and (self.loss == "gspo" or replaces_ppo):
+        if per_token and no_clip:
             raise ValueError(f"algo.{per_token[0]} changes the per-token PPO surrogate; it has no meaning with "
                              f"algo.loss={self.loss} / algo.selection={self.selection}")
         if self.loss == "gppo" and replaces_ppo:

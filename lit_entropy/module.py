@@ -44,6 +44,7 @@ from lit_entropy.objectives.registry import (
     needs_scores,
 )
 from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects
+from lit_entropy.rollout.filters import apply_filters
 from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
 
@@ -206,6 +207,7 @@ class PolicyModule(pl.LightningModule):
             keep = batch.response_mask if batch.loss_mask is None else batch.loss_mask
             batch.loss_mask = keep & ~batch.truncated[:, None]
             batch.metrics["rollout/masked_truncated"] = float(batch.truncated.sum())
+        batch.metrics.update(apply_filters(batch, self.batch_cfg, self.model))  # rollout/filtered_*, when on
 
     def _check_divergence(self, metrics: dict[str, float], stale: bool = False) -> None:
         """Stop with the cause named when the run has diverged without producing a NaN; ``stale``: the rows were

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
 from lit_entropy.interrupt import InterruptLatch
+from lit_entropy.objectives import trust_region
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
@@ -77,6 +78,20 @@ def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
             owners[knob] = type(cb).__name__
 
 
+def check_controllers_and_algo(callbacks: list[pl.Callback], algo: Any) -> None:
+    """A controller that drives the clip range has nothing to drive under a loss that replaces the clip (CISPO
+    reads ``eps_high`` as its weight cap, SAPO reads neither, DPPO reads both as divergence thresholds, on
+    another scale than the controller's range): refuse at start-up, naming both."""
+    loss = getattr(algo, "loss", "ppo")
+    if loss not in trust_region.LOSSES:
+        return
+    for cb in callbacks:
+        knobs = [k for k in getattr(cb, "knobs", ()) if k in ("eps_low", "eps_high")]
+        if knobs:
+            raise ValueError(f"{type(cb).__name__} drives {knobs[0]} as PPO's token clip, but algo.loss={loss} "
+                             f"(algo={getattr(algo, 'name', '?')}) replaces that clip: pick one")
+
+
 def build_sampler(cfg: DictConfig, engine: Any = None) -> Sampler:
     """The ``rollout`` group (engine and sampling) and the ``reward`` group as one :class:`Sampler`.
 
@@ -129,6 +144,7 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
     callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch()]  # a swallowed Ctrl-C is raised again
     check_knob_owners(callbacks, algo)
+    check_controllers_and_algo(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
                          _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)

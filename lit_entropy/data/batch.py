@@ -5,8 +5,10 @@ working)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from lit_entropy.rollout.batch import RolloutBatch
+from lit_entropy.rollout.filters import GibberishFilter, RepetitionFilter, parse_filter
 
 __all__ = ["BatchConfig", "RolloutBatch"]
 
@@ -32,6 +34,12 @@ class BatchConfig:
     mask_truncated_completions: bool = False
     """Overlong filtering (DAPO): completions that hit ``rollout.max_new_tokens`` without a stop contribute no
     loss (they still count in their group's baseline); ``rollout/masked_truncated`` counts them."""
+    filter_repetition: Any = None
+    """Rollout filter (prime-rl): ``{ngram, max_frac}`` zero-weights completions whose repeated n-grams reach
+    ``max_frac`` (:class:`~lit_entropy.rollout.filters.RepetitionFilter`); null = off. ``rollout/filtered_*``."""
+    filter_gibberish: Any = None
+    """Rollout filter (prime-rl): ``{logprob_offset, token_id_threshold, min_tokens}`` zero-weights completions
+    with tokens sampled below ``−log V − logprob_offset`` (:class:`~lit_entropy.rollout.filters.GibberishFilter`)."""
 
     def __post_init__(self) -> None:
         for name in ("prompts_per_iter", "num_minibatches", "ppo_epochs", "micro_batch_size"):
@@ -40,5 +48,7 @@ class BatchConfig:
                 raise ValueError(f"batch.{name}={value!r} must be an integer >= 1")
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
             raise ValueError(f"batch.group_size={self.group_size!r}: group baselines need an integer G >= 2")
+        self.filter_repetition = parse_filter(RepetitionFilter, self.filter_repetition, "batch.filter_repetition")
+        self.filter_gibberish = parse_filter(GibberishFilter, self.filter_gibberish, "batch.filter_gibberish")
         if self.max_sampling_rounds < 0:
             raise ValueError(f"batch.max_sampling_rounds={self.max_sampling_rounds} must be >= 0")

@@ -5,7 +5,7 @@ Two steps, so that nothing depends on how a minibatch is split into micro-batche
 1. :func:`select_tokens` runs once on the WHOLE minibatch: the token selection rule (docs/design.md §7.3), the
    global counts that normalise the aggregation, and what the active loss terms need over the whole
    minibatch (EntroPIC's confident tokens and their count).
-2. :func:`micro_batch_loss` runs per micro-batch: surrogate (PPO-clip, GSPO or KL-Cov), selection,
+2. :func:`micro_batch_loss` runs per micro-batch: surrogate (PPO-clip, GSPO, KL-Cov, CISPO, SAPO or DPPO), selection,
    aggregation with the global counts, then every active loss term (EntroPIC, entropy bonus, KL
    penalty). Summing its value over the micro-batches (gradient accumulation) gives exactly the
    minibatch loss.
@@ -25,6 +25,7 @@ from torch import Tensor
 from lit_entropy.objectives import entropy_methods as em
 from lit_entropy.objectives import registry
 from lit_entropy.objectives import selection as rules
+from lit_entropy.objectives import trust_region as tr
 from lit_entropy.objectives.policy_loss import (
     aggregate,
     clipped_surrogate,
@@ -236,7 +237,10 @@ def micro_batch_loss(
 
 def _clipped(algo: ObjectiveConfig, knobs: Mapping[str, Any], logp: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
              eps_low: float, eps_high: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """The per-token clipped surrogate of ``algo.loss``: PPO's, or GPPO's with the knobs' betas."""
+    """The per-token surrogate of ``algo.loss``: PPO's, GPPO's with the knobs' betas, or one of the losses that
+    replace the clip (:mod:`lit_entropy.objectives.trust_region`: CISPO, SAPO, DPPO)."""
+    if algo.loss in tr.LOSSES:
+        return tr.surrogate(algo.loss, logp, old, adv, mask, eps_low, eps_high, algo.loss_args)
     if algo.loss == "gppo":
         return em.gppo_surrogate(logp, old, adv, eps_low, eps_high, knobs["gppo_beta_low"], knobs["gppo_beta_high"],
                                  algo.dual_clip, mask=mask)
