@@ -16,7 +16,7 @@ from omegaconf import DictConfig, ListConfig
 
 from lit_entropy import token_shaping
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
-from lit_entropy.objectives import registry
+from lit_entropy.objectives import registry, selection
 from lit_entropy.objectives import trust_region as tr
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs, parse_args
 
@@ -138,6 +138,7 @@ class AlgoConfig:
             if value not in allowed:
                 raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
         registry.check_selection_args(self.selection, self.selection_args)
+        selection.check_args(self.selection, self.selection_args)
         tr.check_loss_args(self.loss, self.loss_args)
         token_shaping.check_args(self.token_shaping, self.token_shaping_args)
         k, q = self.advantage_args.get("k"), self.advantage_args.get("quantile_k")

@@ -42,6 +42,66 @@ def _count(frac: float, n: int, rounding: str) -> int:
     return math.floor(exact) if rounding == "floor" else math.ceil(exact)
 
 
+CLIP_COV_BOUNDS = ("absolute", "quantile")
+"""Clip-Cov's ``bounds``: the paper's absolute c range, or quantiles of c over the minibatch (scale-free)."""
+ROUNDINGS = ("floor", "stochastic")
+"""How a fraction becomes a count: ``⌊ρN⌋``, or ``⌊ρN⌋ + Bernoulli(ρN − ⌊ρN⌋)`` (expected count exactly ρN)."""
+
+
+def selection_count(frac: float, n: int, min_count: int = 1, rounding: str = "floor",
+                    generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> int:
+    """Tokens to pick out of ``n`` for a fraction ``frac``: ``max(min_count, ⌊frac·n⌋)`` (``rounding="floor"``),
+    or with ``rounding="stochastic"`` ``⌊frac·n⌋`` plus one with probability ``frac·n − ⌊frac·n⌋`` (one draw
+    of ``torch.rand`` on ``generator``), so that with ``min_count=0`` the expected count per step is exactly
+    ``frac·n`` at any batch size. 0 when ``n = 0``."""
+    if n == 0:
+        return 0
+    base = _count(frac, n, "floor")
+    if rounding == "stochastic":
+        rest = float(Fraction(repr(float(frac))) * n - base)
+        if rest > 0 and float(torch.rand((), generator=generator, device=device)) < rest:
+            base += 1
+    return max(int(min_count), base)
+
+
+def _check_count(min_count: object) -> None:
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0:
+        raise ValueError(f"algo.selection_args.min_count={min_count!r} must be an integer >= 0")
+
+
+def check_clip_cov_args(rho: float = 2e-4, bound_low: float = 1.0, bound_high: float = 5.0, bounds: str = "absolute",
+                        min_count: int = 1, rounding: str = "floor", **_: object) -> None:
+    """Raise, naming the ``algo.selection_args`` key, on a Clip-Cov setting that cannot work."""
+    if not rho >= 0:
+        raise ValueError(f"algo.selection_args.rho={rho} must be >= 0")
+    if bounds not in CLIP_COV_BOUNDS:
+        raise ValueError(f"algo.selection_args.bounds={bounds!r}; choose one of {CLIP_COV_BOUNDS}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"algo.selection_args.rounding={rounding!r}; choose one of {ROUNDINGS}")
+    _check_count(min_count)
+    if bounds == "quantile" and not 0 <= bound_low < bound_high <= 1:
+        raise ValueError(f"algo.selection_args.bound_low={bound_low}, bound_high={bound_high}: with bounds=quantile "
+                         "they are quantiles of c and need 0 <= bound_low < bound_high <= 1")
+    if bounds == "absolute" and not bound_low < bound_high:
+        raise ValueError(f"algo.selection_args.bound_low={bound_low} must be < bound_high={bound_high}")
+
+
+def check_kl_cov_args(k: float = 2e-3, min_count: int = 1, beta: float = 1.0, **_: object) -> None:
+    """Raise, naming the ``algo.selection_args`` key, on a KL-Cov setting that cannot work."""
+    if not 0 <= k <= 1:
+        raise ValueError(f"k must be in [0, 1], got {k} (algo.selection_args.k)")
+    _check_count(min_count)
+    if not beta >= 0:
+        raise ValueError(f"algo.selection_args.beta={beta} must be >= 0")
+
+
+def check_args(rule: str | None, args: dict) -> None:
+    """The start-up check of ``algo.selection_args`` values (their names are checked by the registry)."""
+    checks = {"clip_cov": check_clip_cov_args, "kl_cov": check_kl_cov_args}
+    if rule in checks:
+        checks[rule](**args)
+
+
 def _check_mask(mask: Tensor, *tensors: Tensor) -> Tensor:
     if mask.dim() != 2:
         raise ValueError(f"mask must be [B, L], got shape {tuple(mask.shape)}")
@@ -117,56 +177,74 @@ def clip_cov(
     rho: float = 2e-4,
     bound_low: float = 1.0,
     bound_high: float = 5.0,
+    bounds: str = "absolute",
+    min_count: int = 1,
+    rounding: str = "floor",
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Clip-Cov (Cui et al. 2025): the response tokens to detach from the policy gradient.
 
     Rule: ``c_t = (A_t − mean A)·(logp_t − mean logp)`` with both means over the minibatch's ``N``
     response tokens. Candidates are response tokens not ``already_clipped`` (e.g. the PPO clip is active
-    there; ``None`` = none are) with ``bound_low < c_t < bound_high`` (strict). Of them,
-    ``n = max(1, ⌊rho·N⌋)`` are picked uniformly at random without replacement (all of them if there are
-    fewer than ``n``; none if there are none, or if ``N = 0``). The caller zeroes/detaches their loss.
+    there; ``None`` = none are) whose ``c_t`` lies between the bounds:
 
-    Randomness: ``torch.randperm`` over the candidates on ``generator``'s device (the tensors' device
-    when ``generator`` is None, using the global RNG), so a seeded generator gives the same mask.
+    * ``bounds="absolute"`` (the paper's rule): ``bound_low < c_t < bound_high`` (strict), in units of c;
+    * ``bounds="quantile"`` (scale-free): ``q(bound_low) < c_t <= q(bound_high)``, ``q`` the quantile of c over
+      the ``N`` response tokens (``torch.quantile``, linear interpolation), ``0 <= bound_low < bound_high <= 1``;
+      e.g. ``(0.9, 1.0)``: the top tenth of the tokens by covariance, whatever c's scale in this regime.
+
+    Of the candidates, ``n = selection_count(rho, N, min_count, rounding)`` are picked uniformly at random
+    without replacement (all of them if there are fewer; none if there are none, or if ``N = 0``). The paper's
+    ``max(1, ⌊rho·N⌋)`` is ``min_count=1, rounding="floor"``. The caller zeroes/detaches their loss.
+
+    Randomness: ``torch.randperm`` over the candidates (and, with ``rounding="stochastic"``, one ``torch.rand``
+    before it) on ``generator``'s device (the tensors' device when ``generator`` is None, using the global RNG),
+    so a seeded generator gives the same mask.
 
     Returns ``(detach_mask [B, L] bool, frac = detached / N)``.
     """
     mask = _check_mask(mask, logp)
-    if not rho >= 0:
-        raise ValueError(f"rho must be >= 0, got {rho}")
+    check_clip_cov_args(rho, bound_low, bound_high, bounds, min_count, rounding)
     n = int(mask.sum())
     c = covariance_terms(logp, advantages, mask)
-    candidates = mask & (c > bound_low) & (c < bound_high)
+    if bounds == "quantile" and n > 0:
+        values = c[mask]
+        q = torch.quantile(values, torch.tensor([bound_low, bound_high], dtype=values.dtype, device=values.device))
+        candidates = mask & (c > q[0]) & (c <= q[1])
+    else:
+        candidates = mask & (c > bound_low) & (c < bound_high)
     if already_clipped is not None:
         candidates &= ~_check_mask(already_clipped.bool(), mask)
     out = torch.zeros_like(mask)
     idx = candidates.reshape(-1).nonzero().squeeze(-1)
     if n == 0 or idx.numel() == 0:
         return out, _frac(out, n)
-    n_pick = min(max(1, _count(rho, n, "floor")), idx.numel())
     device = generator.device if generator is not None else idx.device
+    n_pick = min(selection_count(rho, n, min_count, rounding, generator, device), idx.numel())
+    if n_pick == 0:
+        return out, _frac(out, n)
     perm = torch.randperm(idx.numel(), generator=generator, device=device)[:n_pick].to(idx.device)
     out.view(-1)[idx[perm]] = True
     return out, _frac(out, n)
 
 
-def kl_cov(logp: Tensor, advantages: Tensor, mask: Tensor, k: float = 2e-3) -> tuple[Tensor, Tensor]:
+def kl_cov(logp: Tensor, advantages: Tensor, mask: Tensor, k: float = 2e-3,
+           min_count: int = 1) -> tuple[Tensor, Tensor]:
     """KL-Cov (Cui et al. 2025): the response tokens that get the KL penalty in :func:`kl_cov_loss`.
 
     Rule: ``c_t = (A_t − mean A)·(logp_t − mean logp)`` (means over the ``N`` response tokens); select the
-    top ``max(1, ⌊k·N⌋)`` response tokens by ``c_t`` (ties → earlier row-major index). At least one, as
-    Clip-Cov does: with ``⌊k·N⌋ = 0`` (a small minibatch, the 32B value of ``k``) the penalty would vanish
-    and the loss become the unclipped ``−A·r`` alone. ``k = 0`` selects none.
+    top ``min(N, max(min_count, ⌊k·N⌋))`` response tokens by ``c_t`` (ties → earlier row-major index).
+    ``min_count=1`` (the default) is Clip-Cov's at-least-one: with ``⌊k·N⌋ = 0`` (a small minibatch, the 32B
+    value of ``k``) the penalty would vanish and the loss become the unclipped ``−A·r`` alone; a larger
+    ``min_count`` keeps a fixed number of tokens per step in small minibatches. ``k = 0`` selects none.
     Paper values: ``k = 2e-3`` (7B class), ``2e-4`` (32B class).
 
     Returns ``(selected_mask [B, L] bool, frac = selected / N)``.
     """
     mask = _check_mask(mask, logp)
-    if not 0 <= k <= 1:
-        raise ValueError(f"k must be in [0, 1], got {k}")
+    check_kl_cov_args(k, min_count)
     n = int(mask.sum())
-    count = max(1, _count(k, n, "floor")) if k > 0 and n > 0 else 0
+    count = min(n, max(min_count, _count(k, n, "floor"))) if k > 0 and n > 0 else 0
     selected = _top_k(covariance_terms(logp, advantages, mask), mask, count)
     return selected, _frac(selected, n)
 
