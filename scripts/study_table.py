@@ -1,10 +1,11 @@
-"""Summarise a controller study: per run, how closely rollout/entropy held its target, and accuracy.
+"""Summarise a controller study: per run, how closely rollout/entropy held its target, accuracy and dose.
 
     python scripts/study_table.py logs/study/multiruns/<time> [--target 0.45] [--out study.md]
 
 Reads the TensorBoard events of every run under the directory (a Hydra multirun folder, or several
 run folders) and prints a Markdown table: the controller, the mean |rollout/entropy − target| over
-the second half of the iterations, the final entropy and the final and last-5 mean rollout/accuracy.
+the second half of the iterations, the final entropy, the final and last-5 mean rollout/accuracy and the
+controller's dose (lit_entropy/analysis/dose.py; "not tested at this dose" under its threshold).
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ The table reports, per cell, the mean ± standard deviation over seeds of
 * ``acc (last 5)``: the mean ``rollout/accuracy`` over the last five iterations;
 * ``pass@1``, ``pass@8``: the held-out Countdown evaluation after the last iteration (``eval/pass@k``);
 * ``band err``: the mean ``control/band_error`` over the second half (cells with a band-keeping controller);
-* ``s/it``: seconds per iteration, from the wall-clock times of the TensorBoard events (start-up excluded).
+* ``s/it``: seconds per iteration, from the wall-clock times of the TensorBoard events (start-up excluded);
+* ``dose``: how much the cell's method's lever acted (:mod:`lit_entropy.analysis.dose`), marked *not tested
+  at this dose* under its threshold; the other dose columns (``sel_frac``, ``clipfrac_high``, ``lambda_mean``,
+  ``m_neg_frac``, ...) give the trajectories behind it.
 
 The figure draws each cell's ``rollout/entropy`` (mean over seeds) against the iteration, and its accuracy.
 """
@@ -37,6 +40,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lit_entropy.analysis.dose import (
+    DOSE_COLUMNS,
+    dose_cell,
+    dose_legend,
+    dose_metrics,
+    method_dose,
+    method_of,
+    run_config,
+)
 from lit_entropy.analysis.runs import event_files, read_scalars, values
 
 
@@ -231,6 +243,7 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
         "mismatch": mean("diag/logp_mismatch_mean"),
         "ess": mean("rollout_corr/ess"),
         "masked": statistics.mean(masked) if masked else None,
+        **dose_metrics(s, run_config(folder)),
     }
 
 
@@ -260,9 +273,9 @@ COLUMNS = {"h_final": "H final", "h_min": "H min", "acc_last5": "acc (last 5)", 
            "acc_peak20": "acc (best 20)", "pass@1": "pass@1", "pass@8": "pass@8", "pass@16": "pass@16",
            "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling",
            "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
-           "masked": "masked frac"}
-"""Every column a run summary has, and its heading."""
-DEFAULT_COLUMNS = ("h_final", "acc_last5", "pass@1", "pass@8", "band_error", "s_per_it")
+           "masked": "masked frac", **DOSE_COLUMNS}
+"""Every column a run summary has, and its heading (``dose``: the cell's method's dose, lit_entropy/analysis/dose.py)."""
+DEFAULT_COLUMNS = ("h_final", "acc_last5", "pass@1", "pass@8", "band_error", "s_per_it", "dose")
 
 
 def _mean_sd(xs: list[float | None]) -> str:
@@ -291,6 +304,7 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
             continue  # still running, or failed: not in the table
         summary = run_summary(folder)
         if summary is not None:
+            summary["dose"] = method_dose(method_of(algo, controller), summary)
             cells.setdefault(cell_name(algo, controller), []).append(summary)
     unknown = (set(columns) | {sort_by}) - set(COLUMNS)
     if unknown:
@@ -305,9 +319,11 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
     for cell in order:
         algo, controller = cell.rsplit("+", 1)
         rows = cells[cell]
-        lines.append(f"| {algo} | {controller} | {len(rows)} | "
-                     + " | ".join(_mean_sd([r[key] for r in rows]) for key in columns) + " |")
-    return "\n".join(lines), cells
+        lines.append(f"| {algo} | {controller} | {len(rows)} | " + " | ".join(
+            dose_cell(method_of(algo, controller), [r[key] for r in rows]) if key == "dose"
+            else _mean_sd([r[key] for r in rows]) for key in columns) + " |")
+    legend = dose_legend([method_of(*cell.rsplit("+", 1)) for cell in order]) if "dose" in columns else ""
+    return "\n".join(lines) + (f"\n\n{legend}" if legend else ""), cells
 
 
 def moving_mean(xs: list[float], window: int) -> list[float]:
@@ -315,74 +331,9 @@ def moving_mean(xs: list[float], window: int) -> list[float]:
     return [statistics.mean(xs[max(0, i + 1 - window):i + 1]) for i in range(len(xs))]
 
 
-def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[int, float]:
-    """One run's held-out ``tag`` by iteration: an evaluation after iteration i is logged at the step of that
-    iteration's ``rollout/entropy``, one at start (``callbacks.eval.at_start``) at step 0 = iteration 0."""
-    ends = [step for step, _ in scalars.get("rollout/entropy", [])]
-    return {sum(1 for e in ends if e <= step): v for step, v in scalars.get(tag, [])}
+def __getattr__(name: str):  # the figure lives in study_plot.py; its names stay importable from here
+    if name in ("plot", "eval_series"):
+        from lit_entropy.analysis import study_plot
 
-
-def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
-    """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
-    ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
-    held-out evaluation, a panel each for the smallest and largest k. ``start``: held-out values of the
-    policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
-    iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
-    titles give the seeds per cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tags = ["rollout/entropy", "rollout/accuracy"]
-    if plan.eval_every:  # held-out pass@k during training: one panel per k, smallest and largest
-        tags += [f"eval/pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
-    fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
-    colours = plt.get_cmap("tab20").colors
-    counts = []
-    for k, (algo, controller) in enumerate(plan.grid()):
-        curves: dict[str, list] = {tag: [] for tag in tags}
-        for seed in plan.seeds:
-            folder = run_dir(out, algo, controller, seed)
-            scalars = read_scalars(folder) if finished(folder) else {}
-            if scalars.get("rollout/entropy"):  # a run that logged (not a folder yet to be made)
-                for tag in curves:
-                    if tag.startswith("eval/"):
-                        series = eval_series(scalars, tag)
-                        if start and tag in start:
-                            series.setdefault(0, start[tag])
-                        if series:
-                            curves[tag].append(series)
-                    elif scalars.get(tag):
-                        curves[tag].append(values(scalars[tag]))
-        if not curves["rollout/entropy"]:
-            continue
-        counts.append(len(curves["rollout/entropy"]))
-        style = {"color": colours[k % len(colours)], "linestyle": ("-", "--", ":")[k // len(colours) % 3]}
-        for ax, (tag, runs) in zip(axes, curves.items(), strict=True):
-            if not runs:
-                continue
-            if tag.startswith("eval/"):  # the iterations every seed evaluated after
-                xs = sorted(set.intersection(*(set(r) for r in runs)))
-                mean = [statistics.mean(r[x] for r in runs) for x in xs]
-                ax.plot(xs, mean, label=cell_name(algo, controller), lw=1.2, marker=".", **style)
-                continue
-            n = min(len(r) for r in runs)
-            mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
-            if tag == "rollout/accuracy":
-                mean = moving_mean(mean, smooth)
-            ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
-    seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
-    titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
-    titles += [f"held-out {tag}" for tag in tags[2:]]
-    for ax, title in zip(axes, titles, strict=True):
-        ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
-        ax.set_xlabel("iteration")
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    right = 1 - 0.2 * 2 / len(tags)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, right, 1))
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+        return getattr(study_plot, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

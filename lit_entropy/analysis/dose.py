@@ -1,0 +1,168 @@
+"""The dose of a method in a run: how much its lever acted, read back from the run's TensorBoard scalars.
+
+A method whose lever never acted (Clip-Cov picking one token a step, a λ pinned near 0, a controller whose
+rows were all kept) says nothing about its paper's claim; its study cells are labelled *not tested at this
+dose* instead of getting a verdict (:mod:`lit_entropy.analysis.verdicts`). Per run (:func:`dose_metrics`):
+
+* ``sel_frac``: mean over optimizer steps of ``train/masked_frac_<rule>``, the fraction of response tokens the
+  selection rule detached (Clip-Cov), penalised (KL-Cov) or removed (Clip_B, Clip_V, forking);
+* ``clipfrac_high``: mean ``train/clipfrac_high``, the fraction of tokens at PPO's upper clip (DAPO, ADAPO);
+* ``eps_high_mean``, ``eps_high_final``, ``eps_at_clamp``: ADAPO's ``control/eps_high`` trajectory and the
+  fraction of iterations it sat at ``eps_min`` or ``eps_max`` (from the run's ``.hydra/config.yaml``);
+* ``lambda_mean`` (mean \\|λ\\|), ``lambda_final``, ``lambda_at_clamp`` (fraction of iterations with
+  \\|λ\\| at ``lam_max``): REPO's ``control/repo_lambda``;
+* ``m_neg_frac``, ``m_pos_frac``, ``m_active_frac``: the fraction of iterations (each as many optimizer steps)
+  with Entrocraft's direction m = −1, +1, ≠ 0 (``control/direction``); ``kept_frac`` the mean
+  ``control/entrocraft_kept_frac`` and ``dropped_frac = 1 − kept_frac`` (paper mode's rejected rows).
+
+Per method, :data:`METHOD_DOSE` names the one of them that is *the* dose (the ``dose`` column) and the
+threshold under which the method counts as not tested.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DOSE_THRESHOLD = 1e-3
+"""Under this dose (a fraction of tokens, rows or iterations; for REPO a mean |λ|) a method is not tested."""
+
+
+@dataclass(frozen=True)
+class DoseRule:
+    """Which run-summary key is a method's dose, what it measures, and the threshold of "not tested"."""
+
+    key: str
+    what: str
+    threshold: float = DOSE_THRESHOLD
+
+
+_SEL = "fraction of response tokens {} (train/masked_frac_{})"
+METHOD_DOSE: dict[str, DoseRule] = {
+    "clip_cov": DoseRule("sel_frac", _SEL.format("detached", "clip_cov")),
+    "kl_cov": DoseRule("sel_frac", _SEL.format("penalised", "kl_cov")),
+    "clip_b": DoseRule("sel_frac", _SEL.format("removed", "clip_b")),
+    "clip_v": DoseRule("sel_frac", _SEL.format("removed", "clip_v")),
+    "forking": DoseRule("sel_frac", _SEL.format("removed", "forking")),
+    "dapo": DoseRule("clipfrac_high", "fraction of tokens at the upper clip (train/clipfrac_high)"),
+    "adapo": DoseRule("clipfrac_high", "fraction of tokens at the upper clip ε_high (train/clipfrac_high)"),
+    "repo_r": DoseRule("lambda_mean", "mean |λ| over the iterations (control/repo_lambda)"),
+    "repo_d": DoseRule("lambda_mean", "mean |λ| over the iterations (control/repo_lambda)"),
+    "entrocraft": DoseRule("dropped_frac", "fraction of rows the controller dropped (1 − control/entrocraft_kept_frac)"),
+    "entrocraft_hard": DoseRule("m_active_frac", "fraction of iterations with m ≠ 0 (advantages replaced)"),
+    "entropic": DoseRule("pic_alpha_mean", "mean |α| (control/pic_alpha)"),
+    "adaptive_bonus": DoseRule("entropy_coef_mean", "mean entropy coefficient (control/entropy_coef)"),
+}
+"""Method (a ``conf/algo`` preset or a ``conf/callbacks/entropy`` controller) -> its dose."""
+
+DOSE_COLUMNS: dict[str, str] = {
+    "dose": "dose", "sel_frac": "selected frac", "clipfrac_high": "clipfrac high", "eps_high_mean": "ε_high mean",
+    "eps_high_final": "ε_high final", "eps_at_clamp": "ε at clamp", "lambda_mean": "|λ| mean",
+    "lambda_final": "λ final", "lambda_at_clamp": "λ at clamp", "m_neg_frac": "m=−1 frac", "m_pos_frac": "m=+1 frac",
+    "m_active_frac": "m≠0 frac", "kept_frac": "kept frac", "dropped_frac": "dropped frac",
+    "pic_alpha_mean": "|α| mean", "entropy_coef_mean": "bonus coef mean",
+}
+"""The dose columns of the study table and their headings."""
+
+
+def method_of(algo: str, controller: str) -> str:
+    """The method a cell tests: its controller, or with no controller its objective (``algo@variant`` -> algo)."""
+    return controller if controller not in ("", "none") else algo.partition("@")[0]
+
+
+def method_from_config(cfg: dict[str, Any]) -> str:
+    """The method of a run from its composed config: the controller's class (and REPO's variant, Entrocraft's
+    mode), else ``algo.selection``, else ``algo.name``."""
+    node = (cfg.get("callbacks") or {}).get("entropy") or {}
+    target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
+    named = {"ADAPOCallback": "adapo", "EntroPICCallback": "entropic", "AdaptiveEntropyBonusCallback": "adaptive_bonus",
+             "GPPOBetaCallback": "gppo_beta"}
+    if target == "REPOCallback":
+        return f"repo_{node.get('variant', 'r')}"
+    if target == "EntrocraftCallback":
+        return "entrocraft_hard" if node.get("mode") == "hard" else "entrocraft"
+    if target in named:
+        return named[target]
+    algo = cfg.get("algo") or {}
+    return str(algo.get("selection") or algo.get("name") or "")
+
+
+def run_config(folder: str | Path) -> dict[str, Any]:
+    """The run's composed config (``.hydra/config.yaml``), or ``{}``."""
+    import yaml
+
+    f = Path(folder) / ".hydra" / "config.yaml"
+    return (yaml.safe_load(f.read_text()) or {}) if f.is_file() else {}
+
+
+def _mean(xs: list[float] | None) -> float | None:
+    return statistics.mean(xs) if xs else None
+
+
+def _frac(xs: list[float] | None, hit) -> float | None:
+    return sum(1 for x in xs if hit(x)) / len(xs) if xs else None
+
+
+def dose_metrics(s: dict[str, list[float]], cfg: dict[str, Any] | None = None) -> dict[str, float | None]:
+    """Every dose metric of one run (None where the run did not log its tag); ``s``: tag -> values in step
+    order, ``cfg``: the run's config (for the clamps of ADAPO's ε_high and REPO's λ)."""
+    ctl = ((cfg or {}).get("callbacks") or {}).get("entropy") or {}
+    sel = [t for t in s if t.startswith("train/masked_frac_") and s[t]]
+    eps, lam, m = s.get("control/eps_high"), s.get("control/repo_lambda"), s.get("control/direction")
+    kept = _mean(s.get("control/entrocraft_kept_frac"))
+    tol = 1e-9
+    eps_lo, eps_hi, lam_max = ctl.get("eps_min"), ctl.get("eps_max"), ctl.get("lam_max")
+    return {
+        "sel_frac": _mean(s[sel[0]]) if sel else None,
+        "clipfrac_high": _mean(s.get("train/clipfrac_high")),
+        "eps_high_mean": _mean(eps),
+        "eps_high_final": eps[-1] if eps else None,
+        "eps_at_clamp": _frac(eps, lambda x: any(b is not None and abs(x - b) < tol for b in (eps_lo, eps_hi)))
+        if eps_lo is not None or eps_hi is not None else None,
+        "lambda_mean": _mean([abs(x) for x in lam]) if lam else None,
+        "lambda_final": lam[-1] if lam else None,
+        "lambda_at_clamp": _frac(lam, lambda x: abs(x) >= lam_max * (1 - 1e-6)) if lam_max is not None else None,
+        "m_neg_frac": _frac(m, lambda x: x < 0),
+        "m_pos_frac": _frac(m, lambda x: x > 0),
+        "m_active_frac": _frac(m, lambda x: x != 0),
+        "kept_frac": kept,
+        "dropped_frac": 1.0 - kept if kept is not None else None,
+        "pic_alpha_mean": _mean([abs(x) for x in s["control/pic_alpha"]]) if s.get("control/pic_alpha") else None,
+        "entropy_coef_mean": _mean(s.get("control/entropy_coef")),
+    }
+
+
+def method_dose(method: str, summary: dict[str, Any]) -> float | None:
+    """The method's dose in one run summary (None: a method with no dose rule, e.g. plain GRPO, or not logged)."""
+    rule = METHOD_DOSE.get(method)
+    return summary.get(rule.key) if rule is not None else None
+
+
+def dose_given(method: str, doses: list[float | None]) -> bool | None:
+    """Whether the method was given its dose over these runs (mean dose >= its threshold); None when the
+    method has no dose rule (the baseline) or no run logged it."""
+    rule, xs = METHOD_DOSE.get(method), [d for d in doses if d is not None]
+    if rule is None or not xs:
+        return None
+    return statistics.mean(xs) >= rule.threshold
+
+
+NOT_TESTED = "not tested at this dose"
+
+
+def dose_cell(method: str, doses: list[float | None]) -> str:
+    """The table's dose cell: mean ± sd over the runs, and *not tested at this dose* under the threshold."""
+    xs = [d for d in doses if d is not None]
+    if not xs:
+        return "—"
+    text = f"{statistics.mean(xs):.4f}" + (f" ± {statistics.stdev(xs):.4f}" if len(xs) > 1 else "")
+    return text + (f" ({NOT_TESTED})" if dose_given(method, xs) is False else "")
+
+
+def dose_legend(methods: list[str]) -> str:
+    """One line per method present: what its dose measures and its threshold."""
+    lines = [f"- dose of `{m}`: {METHOD_DOSE[m].what}; under {METHOD_DOSE[m].threshold:g}: {NOT_TESTED}"
+             for m in dict.fromkeys(methods) if m in METHOD_DOSE]
+    return "\n".join(lines)

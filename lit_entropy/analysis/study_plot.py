@@ -1,0 +1,82 @@
+"""The method study's figure: entropy, accuracy and held-out pass@k against the iteration, one line per cell."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from lit_entropy.analysis.method_study import StudyPlan, cell_name, finished, moving_mean, run_dir
+from lit_entropy.analysis.runs import read_scalars, values
+
+
+def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[int, float]:
+    """One run's held-out ``tag`` by iteration: an evaluation after iteration i is logged at the step of that
+    iteration's ``rollout/entropy``, one at start (``callbacks.eval.at_start``) at step 0 = iteration 0."""
+    ends = [step for step, _ in scalars.get("rollout/entropy", [])]
+    return {sum(1 for e in ends if e <= step): v for step, v in scalars.get(tag, [])}
+
+
+def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
+    """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
+    ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
+    held-out evaluation, a panel each for the smallest and largest k. ``start``: held-out values of the
+    policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
+    iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
+    titles give the seeds per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tags = ["rollout/entropy", "rollout/accuracy"]
+    if plan.eval_every:  # held-out pass@k during training: one panel per k, smallest and largest
+        tags += [f"eval/pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
+    fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
+    colours = plt.get_cmap("tab20").colors
+    counts = []
+    for k, (algo, controller) in enumerate(plan.grid()):
+        curves: dict[str, list] = {tag: [] for tag in tags}
+        for seed in plan.seeds:
+            folder = run_dir(out, algo, controller, seed)
+            scalars = read_scalars(folder) if finished(folder) else {}
+            if scalars.get("rollout/entropy"):  # a run that logged (not a folder yet to be made)
+                for tag in curves:
+                    if tag.startswith("eval/"):
+                        series = eval_series(scalars, tag)
+                        if start and tag in start:
+                            series.setdefault(0, start[tag])
+                        if series:
+                            curves[tag].append(series)
+                    elif scalars.get(tag):
+                        curves[tag].append(values(scalars[tag]))
+        if not curves["rollout/entropy"]:
+            continue
+        counts.append(len(curves["rollout/entropy"]))
+        style = {"color": colours[k % len(colours)], "linestyle": ("-", "--", ":")[k // len(colours) % 3]}
+        for ax, (tag, runs) in zip(axes, curves.items(), strict=True):
+            if not runs:
+                continue
+            if tag.startswith("eval/"):  # the iterations every seed evaluated after
+                xs = sorted(set.intersection(*(set(r) for r in runs)))
+                mean = [statistics.mean(r[x] for r in runs) for x in xs]
+                ax.plot(xs, mean, label=cell_name(algo, controller), lw=1.2, marker=".", **style)
+                continue
+            n = min(len(r) for r in runs)
+            mean = [statistics.mean(r[i] for r in runs) for i in range(n)]
+            if tag == "rollout/accuracy":
+                mean = moving_mean(mean, smooth)
+            ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
+    seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
+    titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
+    titles += [f"held-out {tag}" for tag in tags[2:]]
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    right = 1 - 0.2 * 2 / len(tags)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, right, 1))
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

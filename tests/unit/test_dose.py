@@ -1,0 +1,94 @@
+"""Each method's dose read back from a run's scalars and config (lit_entropy/analysis/dose.py), and the study
+table's dose column with its *not tested at this dose* mark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+
+from lit_entropy.analysis.dose import (
+    NOT_TESTED,
+    dose_cell,
+    dose_given,
+    dose_metrics,
+    method_dose,
+    method_from_config,
+    method_of,
+)
+from lit_entropy.analysis.method_study import StudyPlan, run_dir, run_summary, summarise
+
+
+def test_selection_and_clip_fractions_are_step_means() -> None:
+    d = dose_metrics({"train/masked_frac_clip_cov": [0.002, 0.004], "train/clipfrac_high": [0.0, 0.01, 0.02]})
+    assert d["sel_frac"] == pytest.approx(0.003) and d["clipfrac_high"] == pytest.approx(0.01)
+    assert d["lambda_mean"] is None and d["m_neg_frac"] is None
+
+
+def test_controller_trajectories_and_clamps() -> None:
+    cfg = {"callbacks": {"entropy": {"eps_min": 0.2, "eps_max": 0.4, "lam_max": 0.5}}}
+    d = dose_metrics({"control/eps_high": [0.28, 0.3, 0.4, 0.4], "control/repo_lambda": [0.0, 0.01, -0.5, 0.5]}, cfg)
+    assert d["eps_high_mean"] == pytest.approx(0.345) and d["eps_high_final"] == pytest.approx(0.4)
+    assert d["eps_at_clamp"] == pytest.approx(0.5)  # 2 of 4 iterations at eps_max
+    assert d["lambda_mean"] == pytest.approx((0.01 + 0.5 + 0.5) / 4) and d["lambda_final"] == pytest.approx(0.5)
+    assert d["lambda_at_clamp"] == pytest.approx(0.5)  # |lambda| = lam_max twice
+    assert dose_metrics({"control/eps_high": [0.3]})["eps_at_clamp"] is None  # no config: clamps unknown
+    m = dose_metrics({"control/direction": [-1.0, -1.0, 0.0, 1.0], "control/entrocraft_kept_frac": [0.5, 0.7, 1, 1]})
+    assert (m["m_neg_frac"], m["m_pos_frac"], m["m_active_frac"]) == (0.5, 0.25, 0.75)
+    assert m["kept_frac"] == pytest.approx(0.8) and m["dropped_frac"] == pytest.approx(0.2)
+
+
+def test_each_method_has_its_own_dose_and_threshold() -> None:
+    summary = {"sel_frac": 0.002, "clipfrac_high": 0.0007, "lambda_mean": 0.3, "dropped_frac": 0.0,
+               "m_active_frac": 0.9}
+    assert method_of("clip_cov@clip_cov-rho0.01", "none") == "clip_cov" and method_of("dapo", "adapo") == "adapo"
+    assert method_dose("clip_cov", summary) == 0.002 and method_dose("adapo", summary) == 0.0007
+    assert method_dose("repo_r", summary) == 0.3 and method_dose("grpo", summary) is None
+    assert dose_given("clip_cov", [0.002, 0.004]) is True
+    assert dose_given("adapo", [0.0007, 0.0009]) is False  # ADAPO at ppo_epochs=1: ~0.07 % of tokens clipped
+    assert dose_given("entrocraft", [0.0]) is False and dose_given("entrocraft_hard", [0.9]) is True
+    assert dose_given("grpo", [None]) is None
+    assert dose_cell("adapo", [0.0007, 0.0009]) == f"0.0008 ± 0.0001 ({NOT_TESTED})"
+    assert dose_cell("clip_cov", [0.003]) == "0.0030" and dose_cell("grpo", [None, None]) == "—"
+
+
+def test_method_from_a_runs_config() -> None:
+    repo = {"callbacks": {"entropy": {"_target_": "lit_entropy.callbacks.repo.REPOCallback", "variant": "d"}}}
+    hard = {"callbacks": {"entropy": {"_target_": "lit_entropy.callbacks.entrocraft.EntrocraftCallback",
+                                      "mode": "hard"}}}
+    assert method_from_config(repo) == "repo_d" and method_from_config(hard) == "entrocraft_hard"
+    assert method_from_config({"callbacks": {"entropy": None}, "algo": {"name": "clip_cov", "selection": "clip_cov"}}) \
+        == "clip_cov"
+    assert method_from_config({"algo": {"name": "dapo", "selection": None}}) == "dapo"
+
+
+def _run(folder: Path, tags: dict[str, list[float]], cfg: dict | None = None) -> None:
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for i in range(4):
+        writer.add_scalar("rollout/entropy", 0.5, i)
+        writer.add_scalar("rollout/accuracy", 0.2, i)
+        for tag, xs in tags.items():
+            writer.add_scalar(tag, xs[i], i)
+    writer.close()
+    if cfg is not None:
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_the_study_table_has_a_dose_column_and_a_legend(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo", "clip_cov"], controllers=["none"], seeds=[0], cells=[("grpo", "repo_r")])
+    _run(run_dir(tmp_path, "grpo", "none", 0), {"train/clipfrac_high": [0.01] * 4})
+    _run(run_dir(tmp_path, "clip_cov", "none", 0), {"train/masked_frac_clip_cov": [0.0002] * 4})
+    _run(run_dir(tmp_path, "grpo", "repo_r", 0), {"control/repo_lambda": [0.05] * 4},
+         {"callbacks": {"entropy": {"lam_max": 0.05}}})
+    s = run_summary(run_dir(tmp_path, "grpo", "repo_r", 0))
+    assert s["lambda_mean"] == pytest.approx(0.05) and s["lambda_at_clamp"] == 1.0
+    table, cells = summarise(plan, tmp_path, ("h_final", "dose", "lambda_at_clamp"))
+    rows = {line.split(" | ")[0] + "|" + line.split(" | ")[1]: line for line in table.splitlines()[2:5]}
+    assert rows["| grpo|none"].endswith("| — | — |")  # the baseline has no dose
+    assert f"0.0002 ({NOT_TESTED})" in rows["| clip_cov|none"]
+    assert "| 0.0500 | 1.000 |" in rows["| grpo|repo_r"]
+    assert "dose of `clip_cov`: fraction of response tokens detached" in table
+    assert cells["grpo+repo_r"][0]["dose"] == pytest.approx(0.05)
