@@ -1,0 +1,190 @@
+"""One labelling rule for a study's claims, applied by code: a paired interval against the baseline, and the dose.
+
+For a method, a claim (a run-summary metric and the direction the paper claims, e.g. ``pass@64`` higher) and
+the evaluation seeds both the method and the baseline (GRPO) finished, the per-seed differences
+``d_s = metric(method, s) − metric(baseline, s)`` are paired by seed (same seed: same prompts, same start).
+Their 95 % interval is a seeded percentile bootstrap of the mean (10,000 resamples of the seeds with
+replacement; :func:`bootstrap_interval`) or a paired t interval (:func:`t_interval`). Then (:func:`label`):
+
+* the method's dose (:mod:`lit_entropy.analysis.dose`) under its threshold, or not logged: *not tested at
+  this dose*, whatever the interval;
+* the interval above 0 in the claimed direction: *reproduced*;
+* otherwise *not reproduced*: the interval excludes 0 against the claim, or includes 0.
+
+:func:`verdict_report` prints :func:`rule_text` above the table, so that the page says which rule made it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from lit_entropy.analysis.dose import METHOD_DOSE, NOT_TESTED, dose_given
+
+REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
+DIRECTIONS = ("higher", "lower")
+INTERVALS = ("bootstrap", "t")
+
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+"""Two-sided 95 % quantiles of Student's t by degrees of freedom (between two entries the smaller df's,
+which is the wider interval; above 120, 1.96)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim about a run-summary metric: it is ``higher`` (or ``lower``) than the baseline's."""
+
+    metric: str
+    direction: str = "higher"
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"claim on {self.metric}: direction={self.direction!r}; choose one of {DIRECTIONS}")
+
+
+@dataclass(frozen=True)
+class IntervalRule:
+    """How the interval is made: ``bootstrap`` (``resamples``, ``seed``) or ``t``, at ``level``."""
+
+    kind: str = "bootstrap"
+    resamples: int = 10_000
+    seed: int = 0
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.kind not in INTERVALS:
+            raise ValueError(f"interval={self.kind!r}; choose one of {INTERVALS}")
+        if self.kind == "t" and self.level != 0.95:
+            raise ValueError("the t interval is tabulated at level 0.95 only")
+        if not 0 < self.level < 1 or self.resamples < 1:
+            raise ValueError(f"interval level {self.level} must be in (0, 1) and resamples {self.resamples} >= 1")
+
+    def interval(self, diffs: list[float]) -> tuple[float, float]:
+        if self.kind == "t":
+            return t_interval(diffs)
+        return bootstrap_interval(diffs, self.resamples, self.seed, self.level)
+
+
+def bootstrap_interval(diffs: list[float], resamples: int = 10_000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``diffs``: ``resamples`` draws of ``len(diffs)`` values with
+    replacement from a ``numpy`` generator seeded with ``seed``; the ``(1 − level)/2`` and ``(1 + level)/2``
+    quantiles of the resampled means (linear interpolation)."""
+    import numpy as np
+
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size < 2:
+        raise ValueError("a paired interval needs at least 2 seeds")
+    idx = np.random.default_rng(seed).integers(0, d.size, size=(resamples, d.size))
+    means = d[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def t_quantile(df: int) -> float:
+    """The two-sided 95 % quantile of Student's t with ``df`` degrees of freedom (:data:`_T975`)."""
+    if df < 1:
+        raise ValueError("a paired interval needs at least 2 seeds")
+    return _T975[max(k for k in _T975 if k <= df)] if df <= 120 else 1.96
+
+
+def t_interval(diffs: list[float]) -> tuple[float, float]:
+    """Paired t 95 % interval: ``mean ± t(n − 1)·sd/√n`` (sd with ``n − 1``)."""
+    if len(diffs) < 2:
+        raise ValueError("a paired interval needs at least 2 seeds")
+    mean, half = statistics.mean(diffs), t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return mean - half, mean + half
+
+
+def label(lo: float, hi: float, direction: str, dosed: bool | None) -> tuple[str, str]:
+    """``(label, reason)`` of one claim from its interval ``[lo, hi]`` of the difference to the baseline, the
+    claimed ``direction`` and whether the method got its dose (None: no dose logged)."""
+    if dosed is not True:
+        return NOT_TESTED, "dose under its threshold" if dosed is False else "no dose logged"
+    lo, hi = (lo, hi) if direction == "higher" else (-hi, -lo)
+    if lo > 0:
+        return REPRODUCED, "interval excludes 0 in the claimed direction"
+    if hi < 0:
+        return NOT_REPRODUCED, "interval excludes 0 against the claim"
+    return NOT_REPRODUCED, "interval includes 0"
+
+
+@dataclass
+class Verdict:
+    """One method's verdict on one claim."""
+
+    method: str
+    claim: Claim
+    seeds: list[int]
+    mean: float | None
+    interval: tuple[float, float] | None
+    dose: float | None
+    label: str
+    reason: str
+    setting: str = ""
+
+
+def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dict[str, list[Claim]],
+          rule: IntervalRule | None = None, settings: dict[str, str] | None = None) -> list[Verdict]:
+    """Every method's verdict on each of its claims. ``runs``: method -> seed -> run summary (with its ``dose``,
+    :func:`lit_entropy.analysis.dose.method_dose`); ``claims``: method -> its claims (the baseline is not judged)."""
+    rule = rule or IntervalRule()
+    base = runs.get(baseline, {})
+    out = []
+    for method, claimed in claims.items():
+        if method == baseline:
+            continue
+        mine = runs.get(method, {})
+        doses = [mine[s].get("dose") for s in mine]
+        dosed = dose_given(method, doses) if method in METHOD_DOSE else True  # no lever to dose: judged as is
+        known = [d for d in doses if d is not None]
+        dose = statistics.mean(known) if known else None
+        for claim in claimed:
+            seeds = sorted(s for s in set(mine) & set(base)
+                           if mine[s].get(claim.metric) is not None and base[s].get(claim.metric) is not None)
+            diffs = [mine[s][claim.metric] - base[s][claim.metric] for s in seeds]
+            if len(diffs) < 2:
+                out.append(Verdict(method, claim, seeds, None, None, dose, "no verdict",
+                                   f"{len(diffs)} paired seed(s); the interval needs 2", (settings or {}).get(method, "")))
+                continue
+            lo, hi = rule.interval(diffs)
+            text, reason = label(lo, hi, claim.direction, dosed)
+            out.append(Verdict(method, claim, seeds, statistics.mean(diffs), (lo, hi), dose, text, reason,
+                               (settings or {}).get(method, "")))
+    return out
+
+
+def rule_text(baseline: str, rule: IntervalRule | None = None) -> str:
+    """The labelling rule in words, with its parameters (printed above the verdict table)."""
+    rule = rule or IntervalRule()
+    how = (f"a percentile bootstrap of the mean difference ({rule.resamples:,} resamples of the seeds, "
+           f"numpy generator seed {rule.seed})" if rule.kind == "bootstrap" else "a paired t interval")
+    return (f"**Labelling rule** (lit_entropy/analysis/verdicts.py). For each claim, the difference to `{baseline}` "
+            f"on each evaluation seed both finished (paired by seed), and its {rule.level:.0%} interval by {how}. "
+            f"*{REPRODUCED}*: the interval excludes 0 in the claimed direction and the method got its dose. "
+            f"*{NOT_REPRODUCED}*: the method got its dose and the interval excludes 0 against the claim or includes "
+            f"0. *{NOT_TESTED}*: the method's dose (the `dose` column) is under its threshold or was not logged, "
+            "whatever the interval.")
+
+
+def verdict_table(verdicts: list[Verdict]) -> str:
+    """The Markdown table: one row per method and claim."""
+    lines = ["| method | setting | dose | claim | seeds | Δ vs baseline (mean) | 95 % interval | label | why |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for v in verdicts:
+        sign = ">" if v.claim.direction == "higher" else "<"
+        mean = f"{v.mean:+.3f}" if v.mean is not None else "—"
+        ci = f"[{v.interval[0]:+.3f}, {v.interval[1]:+.3f}]" if v.interval else "—"
+        dose = f"{v.dose:.4f}" if v.dose is not None else "—"
+        lines.append(f"| {v.method} | {v.setting or '—'} | {dose} | {v.claim.metric} {sign} baseline | "
+                     f"{len(v.seeds)} | {mean} | {ci} | **{v.label}** | {v.reason} |")
+    return "\n".join(lines)
+
+
+def verdict_report(verdicts: list[Verdict], baseline: str, rule: IntervalRule | None = None) -> str:
+    """The rule's text, then the table."""
+    return rule_text(baseline, rule) + "\n\n" + verdict_table(verdicts)
