@@ -258,7 +258,8 @@ def test_unlikeliness_errors():
 
 
 def test_dispatcher_maps_names():
-    assert ESTIMATORS == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk")
+    assert ESTIMATORS == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk", "maxrl",
+                          "grpo_batch")
     torch.testing.assert_close(compute_advantages("grpo", R8, 4), grpo(R8, 4))
     torch.testing.assert_close(compute_advantages("dr_grpo", R8, 4), dr_grpo(R8, 4))
     torch.testing.assert_close(compute_advantages("rloo", R8, 4), rloo(R8, 4))
