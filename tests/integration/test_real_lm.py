@@ -146,6 +146,37 @@ def test_vllm_loads_the_folder_stops_at_im_end_and_matches_the_trainer_in_fp32(f
     assert tp.sampler_mismatch(model, prompts, gens) <= 2e-3  # fp32 engine vs fp32 trainer
 
 
+def test_compiled_vllm_engine_samples_the_synced_weights(folder, model_and_tok):
+    """``experiment=real_lm``'s engine runs compiled (``enforce_eager: false``, vLLM's inductor graph): after a
+    weight sync it must sample the new weights, not constants frozen into the graph."""
+    pytest.importorskip("vllm")
+    import copy
+
+    from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.vllm_engine import VLLMEngine
+    from tests.models import trainer_paths as tp
+
+    model, tok = model_and_tok
+    engine = VLLMEngine(str(folder), eos_id=tok.eos_id, dtype="float32", max_model_len=512, kv_cache_gib=1,
+                        enforce_eager=False)
+    sampling = SamplingConfig(temperature=0.9, max_new_tokens=16)
+    prompts = [tok.encode_chat("What is 7 + 5? Answer with the number only."), tok.encode_chat("Name a colour.")]
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in moved.named_parameters():
+            if ".mlp." in name or "embed" in name:
+                p.add_(torch.randn_like(p, generator=torch.Generator().manual_seed(0)) * 0.01)
+    try:
+        before = engine.generate(prompts, n=2, sampling=sampling, seed=0)
+        assert tp.sampler_mismatch(model, prompts, before) <= 2e-3
+        assert tp.sampler_mismatch(moved, prompts, before) > 0.05  # the perturbation is visible
+        engine.sync_weights(moved)
+        after = engine.generate(prompts, n=2, sampling=sampling, seed=0)
+    finally:
+        engine.close()
+    assert tp.sampler_mismatch(moved, prompts, after) <= 2e-3
+
+
 DRIVER = r"""
 import json, sys
 from hydra import compose, initialize_config_dir
