@@ -35,6 +35,8 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, harness, preset):
         assert "rollout/sampling_rounds" in scalars
     if preset == "erc":
         assert "train/erc_clipfrac" in scalars
+    if preset in ("cispo", "sapo", "dppo_tv", "dppo_kl"):  # the losses that replace the clip log PPO's scalars
+        assert all(0 <= v <= 1 for _, v in scalars["train/clipfrac_low"] + scalars["train/clipfrac_high"])
     ratios = [v for _, v in scalars["train/entropy_ratio"]]
     assert ratios and all(math.isfinite(v) and v > 0 for v in ratios)
     assert all(0 < v <= 1 for _, v in scalars["diag/top1_mass"])
@@ -42,3 +44,14 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, harness, preset):
         kl = [v for _, v in scalars["train/kl_ref"]]
         assert kl and all(math.isfinite(v) and v >= 0 for v in kl)  # k3 is non-negative
         assert kl[0] < 1e-6  # the first step starts from the reference policy itself
+
+
+def test_rollout_filters_report_their_counts_on_the_dashboard(tmp_path, harness):
+    overrides = ["rollout=vllm", "callbacks/entropy=none", "batch.filter_repetition={ngram:4,max_frac:0.5}",
+                 "batch.filter_gibberish={logprob_offset:2.0}"]
+    scalars = harness.fit(overrides, tmp_path).scalars
+    for tag in ("rollout/filtered_repetition", "rollout/filtered_gibberish", "rollout/filtered_total"):
+        values = [v for _, v in scalars[tag]]
+        assert values and all(v >= 0 and v == int(v) for v in values), tag
+    total, parts = scalars["rollout/filtered_total"], scalars["rollout/filtered_repetition"]
+    assert all(t >= p for (_, t), (_, p) in zip(total, parts, strict=True))
