@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--algos", required=True, help="comma-separated conf/algo presets")
+    ap.add_argument("--algos", help="comma-separated conf/algo presets (required without --protocol)")
     ap.add_argument("--controllers", default="none", help="comma-separated conf/callbacks/entropy entries")
     ap.add_argument("--cells", default="", help="further algo+controller cells beyond the grid, comma-separated, "
                                                 "e.g. ce_gppo+gppo_beta")
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-ks", default="1,8", help="the k of the held-out pass@k, comma-separated")
     ap.add_argument("--eval-every", type=int, default=None,
                     help="also evaluate every N iterations during training (default: after the last only)")
-    ap.add_argument("--out", type=Path, default=Path("logs/method_study"))
+    ap.add_argument("--out", type=Path, default=None, help="default logs/method_study, or the protocol's out")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:OVERRIDES",
                     help="a named set of space-separated overrides, a third axis (repeatable), e.g. "
                          "'bf16:rollout.engine.dtype=bfloat16 correction=tis'")
@@ -63,7 +63,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="scripts/evaluate.py's JSON of the policy every run starts from: drawn at iteration 0 "
                          "of the pass@k panels (runs with callbacks.eval.at_start=true log their own)")
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--protocol", type=Path, default=None, help="a tuning protocol, e.g. conf/protocol/collapse.yaml")
+    ap.add_argument("--phase", choices=("tune", "evaluate"), default=None, help="the protocol's phase to run")
+    ap.add_argument("--dry-run", action="store_true", help="print the protocol phase's cells and overrides, run nothing")
+    ap.add_argument("--check", action="store_true", help="compose and build every cell's config before running")
     args = ap.parse_args(argv)
+    if args.protocol is not None:
+        return run_protocol(args, overrides, ap)
+    if not args.algos:
+        ap.error("--algos is required (or give --protocol)")
+    args.out = args.out or Path("logs/method_study")
     try:
         cells = parse_cells(args.cells)
         lane_cores(args.lanes)  # a lane count the machine cannot split names itself before anything runs
@@ -89,6 +98,31 @@ def main(argv: list[str] | None = None) -> int:
         start = {k: float(v) for k, v in json.loads(args.start_eval.read_text()).items() if k.startswith("eval/")}
     plot(plan, args.out, png, start=start)
     print(f"wrote {md} and {png}")
+    return 0
+
+
+def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.ArgumentParser) -> int:
+    """``--protocol``: dry-run, check or run one phase (see the module docstring)."""
+    from lit_entropy.analysis.protocol import check_points, dry_run, load_protocol, phase_points, run_phase
+
+    if args.phase is None:
+        ap.error("--protocol needs --phase tune or --phase evaluate")
+    try:
+        protocol = load_protocol(args.protocol)
+        lane_cores(args.lanes)
+    except ValueError as err:
+        ap.error(str(err))
+    out = args.out or Path(protocol.out)
+    train_script = ROOT / "scripts" / "train.py"
+    if args.check:
+        points, _ = phase_points(protocol, args.phase, out)
+        points = points if points is not None else protocol.tuning_points()
+        print(f"checked {check_points(protocol, points, overrides)} cells: every override composes and builds")
+    if args.dry_run:
+        print(dry_run(protocol, args.phase, out, train_script, overrides))
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    print(run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides))
     return 0
 
 

@@ -129,9 +129,11 @@ class Verdict:
 
 
 def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dict[str, list[Claim]],
-          rule: IntervalRule | None = None, settings: dict[str, str] | None = None) -> list[Verdict]:
+          rule: IntervalRule | None = None, settings: dict[str, str] | None = None,
+          dose_of: dict[str, str] | None = None) -> list[Verdict]:
     """Every method's verdict on each of its claims. ``runs``: method -> seed -> run summary (with its ``dose``,
-    :func:`lit_entropy.analysis.dose.method_dose`); ``claims``: method -> its claims (the baseline is not judged)."""
+    :func:`lit_entropy.analysis.dose.method_dose`); ``claims``: method -> its claims (the baseline is not judged);
+    ``dose_of``: method -> the :data:`~lit_entropy.analysis.dose.METHOD_DOSE` entry it is dosed by (default: its name)."""
     rule = rule or IntervalRule()
     base = runs.get(baseline, {})
     out = []
@@ -140,7 +142,8 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
             continue
         mine = runs.get(method, {})
         doses = [mine[s].get("dose") for s in mine]
-        dosed = dose_given(method, doses) if method in METHOD_DOSE else True  # no lever to dose: judged as is
+        dosed_by = (dose_of or {}).get(method, method)
+        dosed = dose_given(dosed_by, doses) if dosed_by in METHOD_DOSE else True  # no lever to dose: judged as is
         known = [d for d in doses if d is not None]
         dose = statistics.mean(known) if known else None
         for claim in claimed:

@@ -1,0 +1,167 @@
+"""The tuning protocol (lit_entropy/analysis/protocol.py, conf/protocol/collapse.yaml, scripts/study.py --protocol):
+its grids are the issue's, every cell's overrides are real config keys, tuning picks by the declared criterion,
+evaluation judges the picks on fresh seeds."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from lit_entropy.analysis.method_study import run_dir
+from lit_entropy.analysis.protocol import (
+    check_points,
+    dry_run,
+    evaluation_report,
+    load_protocol,
+    pick,
+    picked_points,
+    tuning_table,
+)
+from tests.helpers import CONF, ROOT
+
+COLLAPSE = CONF / "protocol" / "collapse.yaml"
+TINY = """
+name: tiny
+iterations: 2
+eval: {every: 2, n: 8, ks: [1, 8], problems: 4}
+tuning_seeds: [10, 11]
+evaluation_seeds: [0, 1, 2]
+min_evaluation_seeds: 3
+criterion: [pass@1, pass@8]
+claims: [{metric: pass@8, direction: higher}]
+methods:
+  grpo: {grid: {optim.lr: [1.0e-4, 2.0e-4]}}
+  clip_cov: {grid: {algo.selection_args.rho: [0.01, 0.05]}}
+"""
+
+
+def _tiny(tmp_path: Path, text: str = TINY):
+    f = tmp_path / "tiny.yaml"
+    f.write_text(text)
+    return load_protocol(f)
+
+
+def _run(folder: Path, p1: float, p8: float, masked: float | None = None) -> None:
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for i in range(2):
+        writer.add_scalar("rollout/entropy", 0.3, i)
+        writer.add_scalar("rollout/accuracy", 0.2, i)
+        if masked is not None:
+            writer.add_scalar("train/masked_frac_clip_cov", masked, i)
+    writer.add_scalar("eval/pass@1", p1, 2)
+    writer.add_scalar("eval/pass@8", p8, 2)
+    writer.close()
+
+
+def test_the_collapse_protocol_has_the_issues_grids_and_fresh_evaluation_seeds() -> None:
+    p = load_protocol(COLLAPSE)
+    grids = {name: {k: v for k, v in m.grid.items()} for name, m in p.methods.items()}
+    assert grids["clip_cov"] == {"algo.selection_args.rho": [2e-3, 1e-2, 5e-2]}
+    assert grids["kl_cov"] == {"algo.selection_args.k": [1e-2, 5e-2], "algo.selection_args.beta": [1.0, 5.0, 20.0]}
+    assert grids["repo_r"] == {"callbacks.entropy.lam_max": [0.5, 1.0]}
+    assert "callbacks.entropy.lam_min=0.01" in p.methods["repo_r"].fixed
+    assert (p.methods["adapo"].algo, p.methods["adapo"].fixed) == ("dapo", ["batch.ppo_epochs=2"])
+    assert grids["adapo"] == {"callbacks.entropy.eps_max": [0.4, 0.8]}
+    assert grids["entrocraft"] == {"callbacks.entropy.gamma": [3.0, 10.0]}
+    assert grids["clip_b"] == {"algo.selection_args.mu": [1.5, 2.0, 2.5, 3.0]}
+    assert grids["grpo"] == {"optim.lr": [2.5e-4, 5e-4, 1e-3]}
+    assert len(p.tuning_points()) == 27 and len(p.tuning_seeds) == 2
+    assert len(p.evaluation_seeds) >= 5 and not set(p.tuning_seeds) & set(p.evaluation_seeds)
+    assert p.criterion == ["pass@1", "pass@64"] and p.baseline == "grpo"
+    assert p.interval.kind == "bootstrap" and p.interval.resamples == 10_000
+    assert len({pt.name for pt in p.tuning_points()}) == 27  # every point its own run folder
+
+
+def test_every_cell_of_the_collapse_protocol_composes_and_builds() -> None:
+    """Each override is a real config key (Hydra refuses others) and each value passes start-up checks."""
+    p = load_protocol(COLLAPSE)
+    assert check_points(p, p.tuning_points()) == 27
+
+
+def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
+    p = _tiny(tmp_path, TINY.replace("optim.lr:", "optim.learning_rate:"))
+    with pytest.raises(ValueError, match="point grpo-learning_rate0.0001"):
+        check_points(p, p.tuning_points()[:1])
+
+
+@pytest.mark.parametrize("change,match", [
+    (("evaluation_seeds: [0, 1, 2]", "evaluation_seeds: [0, 1, 10]"), "also tuning seeds"),
+    (("min_evaluation_seeds: 3", "min_evaluation_seeds: 5"), "fewer than min_evaluation_seeds=5"),
+    (("criterion: [pass@1, pass@8]", "criterion: [pass@1, pass@64]"), "needs 64 in eval.ks"),
+    (("criterion: [pass@1, pass@8]", "criterion: [pass@1, accuracy]"), "not a run-summary column"),
+    (("name: tiny", "name: tiny\nseeds: [1]"), "unknown protocol keys \\['seeds'\\]"),
+    (("clip_cov: {grid", "clip_cov: {grids"), "methods.clip_cov: unknown keys"),
+    (("  grpo: {grid: {optim.lr: [1.0e-4, 2.0e-4]}}\n", ""), "baseline 'grpo' is not one of its methods"),
+])
+def test_protocol_errors_name_themselves(tmp_path: Path, change: tuple[str, str], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _tiny(tmp_path, TINY.replace(*change))
+
+
+def test_tune_picks_by_the_criterion_and_leaves_unfinished_methods_without_a_pick(tmp_path: Path) -> None:
+    p = _tiny(tmp_path)
+    lo, hi, rho1, rho5 = p.tuning_points()
+    assert (lo.name, hi.name, rho1.name) == ("grpo-lr0.0001", "grpo-lr0.0002", "clip_cov-rho0.01")
+    for seed in (10, 11):
+        _run(run_dir(tmp_path, *lo.cell, seed), 0.2, 0.5)  # criterion 0.35
+        _run(run_dir(tmp_path, *hi.cell, seed), 0.3, 0.6)  # criterion 0.45: the pick
+        _run(run_dir(tmp_path, *rho1.cell, seed), 0.4, 0.7, masked=0.02)
+    _run(run_dir(tmp_path, *rho5.cell, 10), 0.9, 0.9)  # one of two tuning seeds: clip_cov unfinished
+    picks = pick(p, tmp_path)
+    assert picks["methods"]["grpo"]["point"] == "grpo-lr0.0002"
+    assert picks["methods"]["grpo"]["mean"] == pytest.approx(0.45)
+    assert picks["methods"]["grpo"]["overrides"] == ["optim.lr=0.0002"]
+    assert "clip_cov" not in picks["methods"] and picks["incomplete"]["clip_cov"] == ["clip_cov-rho0.05 seed 11"]
+    table = tuning_table(json.loads(json.dumps(picks)))  # as read back from picks.json (seed keys as strings)
+    assert "| grpo | optim.lr=0.0002 | 10: 0.450, 11: 0.450 | 0.450 | — | **pick** |" in table
+    assert "| clip_cov | — | unfinished: clip_cov-rho0.05 seed 11 | — | — | none |" in table
+    with pytest.raises(ValueError, match="no pick for \\['clip_cov'\\]"):
+        picked_points(picks, p)
+    _run(run_dir(tmp_path, *rho5.cell, 11), 0.1, 0.1)  # finished: its mean 0.5 < rho0.01's 0.55
+    picks = pick(p, tmp_path)
+    assert picks["methods"]["clip_cov"]["point"] == "clip_cov-rho0.01"
+    assert picks["methods"]["clip_cov"]["dose"] == pytest.approx(0.02)
+
+
+def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> None:
+    p = _tiny(tmp_path)
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    base = [0.40, 0.42, 0.38]
+    for seed in (0, 1, 2):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, base[seed])
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, base[seed] + 0.1, masked=0.02)
+    report = evaluation_report(p, picks, tmp_path)
+    assert report.index("| algo | controller | seeds |") < report.index("**Labelling rule**")
+    assert "dose of `clip_cov`" in report
+    row = [line for line in report.splitlines() if line.startswith("| clip_cov | algo.selection_args.rho=0.01 |")]
+    assert len(row) == 1 and "| +0.100 | [+0.100, +0.100] | **reproduced** |" in row[0]
+
+
+def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path) -> None:
+    p = load_protocol(COLLAPSE)
+    text = dry_run(p, "tune", tmp_path, ROOT / "scripts" / "train.py")
+    assert "54 runs (27 cells x 2 seeds)" in text
+    assert "algo=kl_cov callbacks/entropy=none" in text and "algo.selection_args.k=0.05 algo.selection_args.beta=20.0" in text
+    assert "algo=dapo callbacks/entropy=adapo" in text and "batch.ppo_epochs=2 callbacks.entropy.eps_max=0.8" in text
+    text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")  # before tuning: one pick per method
+    assert "no " in text and "50 runs (10 cells x 5 seeds)" in text
+
+
+def test_the_script_takes_the_protocol(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert script.main(["--protocol", str(COLLAPSE), "--phase", "tune", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert "protocol collapse, phase tune" in out.getvalue() and not (tmp_path / "tune").exists()
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        script.main(["--protocol", str(COLLAPSE), "--dry-run"])  # no phase
