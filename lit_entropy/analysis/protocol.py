@@ -11,7 +11,7 @@ pass@64), the baseline, the claims to judge, the interval rule and, per method, 
   (``<out>/tune.md``). A method with an unfinished point gets no pick.
 * ``evaluate``: each pick on every evaluation seed; ``<out>/evaluate.md`` holds the study table (with each
   method's dose) and, below the rule's text, a verdict per method and claim
-  (:mod:`lit_entropy.analysis.verdicts`).
+  (:mod:`lit_entropy.analysis.verdicts`); ``<out>/evaluate.png`` the curves.
 
 Runs go through :func:`lit_entropy.analysis.method_study.run_study` (resumable, seed by seed, ``lanes`` at a
 time); a point is a *variant* of its algo, so a run folder is ``<out>/<phase>/runs/<algo>@<point>+<controller>/seed<s>``.
@@ -39,7 +39,12 @@ from lit_entropy.analysis.method_study import (
 from lit_entropy.analysis.verdicts import Claim, IntervalRule, judge, verdict_report
 
 PHASES = ("tune", "evaluate")
-EVAL_COLUMNS = ("h_final", "pass@1", "pass@16", "pass@64", "acc_last20", "dose", "s_per_it")
+
+
+def eval_columns(ks: list[int]) -> tuple[str, ...]:
+    """The evaluation table's columns: final entropy, each held-out pass@k the study has a column for, the
+    last-20 training accuracy, the dose and seconds per iteration."""
+    return ("h_final", *(f"pass@{k}" for k in ks if f"pass@{k}" in COLUMNS), "acc_last20", "dose", "s_per_it")
 
 
 def hydra_value(v: Any) -> str:
@@ -112,6 +117,7 @@ class Protocol:
     criterion: list[str] = field(default_factory=lambda: ["pass@1", "pass@64"])
     baseline: str = "grpo"
     claims: list[Claim] = field(default_factory=list)
+    """Claims judged for every method that lists none of its own; empty: each criterion metric, higher."""
     overrides: list[str] = field(default_factory=list)
     iterations: int = 120
     eval: dict[str, Any] = field(default_factory=lambda: {"every": 30, "n": 64, "ks": [1, 16, 64], "problems": 64})
@@ -121,6 +127,7 @@ class Protocol:
     cost: dict[str, float] = field(default_factory=lambda: {"seconds_per_iteration": 2.8, "seconds_per_evaluation": 45})
 
     def __post_init__(self) -> None:
+        self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher
         if set(self.tuning_seeds) & set(self.evaluation_seeds):
             raise ValueError(f"protocol {self.name}: evaluation_seeds {sorted(set(self.tuning_seeds) & set(self.evaluation_seeds))} "
                              "are also tuning seeds; a pick must be judged on seeds that did not choose it")
@@ -276,7 +283,9 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     """The evaluation table (with dose) and the verdicts below the rule's text."""
     points = picked_points(picks, protocol)
     plan = protocol.plan(points, protocol.evaluation_seeds, extra)
-    table, _ = summarise(plan, out, EVAL_COLUMNS, sort_by="pass@64")
+    columns = eval_columns(protocol.eval["ks"])
+    table, _ = summarise(plan, out, columns, sort_by=next((c for c in reversed(columns) if c.startswith("pass@")),
+                                                          "acc_last20"))
     runs = collect(plan, out, points)
     by_method = {p.method: runs.get(p.name, {}) for p in points}
     settings = {m: picks["methods"][m]["setting"] for m in by_method}
@@ -300,10 +309,13 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         return report
     picks = json.loads((out / "picks.json").read_text())
     points = picked_points(picks, protocol)
-    run_study(protocol.plan(points, protocol.evaluation_seeds, extra), out / "evaluate", train_script, log=log,
-              lanes=lanes)
+    plan = protocol.plan(points, protocol.evaluation_seeds, extra)
+    run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
     report = evaluation_report(protocol, picks, out / "evaluate", extra)
     (out / "evaluate.md").write_text(report + "\n")
+    from lit_entropy.analysis.study_plot import plot
+
+    plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and held-out pass@k per pick
     return report
 
 

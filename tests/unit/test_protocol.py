@@ -104,6 +104,11 @@ def test_protocol_errors_name_themselves(tmp_path: Path, change: tuple[str, str]
         _tiny(tmp_path, TINY.replace(*change))
 
 
+def test_without_declared_claims_the_criterion_is_claimed_higher(tmp_path: Path) -> None:
+    p = _tiny(tmp_path, TINY.replace("claims: [{metric: pass@8, direction: higher}]\n", ""))
+    assert [(c.metric, c.direction) for c in p.claims_of("clip_cov")] == [("pass@1", "higher"), ("pass@8", "higher")]
+
+
 def test_tune_picks_by_the_criterion_and_leaves_unfinished_methods_without_a_pick(tmp_path: Path) -> None:
     p = _tiny(tmp_path)
     lo, hi, rho1, rho5 = p.tuning_points()
