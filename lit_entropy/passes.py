@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from lit_entropy import model_support, prefix, replay
-from lit_entropy.diagnostics.discriminator import token_scores
+from lit_entropy.diagnostics.discriminator import token_logprobs_entropy_and_scores, token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.diagnostics.topk import topk_logprobs
 from lit_entropy.utils import dist
@@ -130,12 +130,16 @@ class Forward:
         chunk, full = self.logit_chunk_size, shifted
         if self.replays:
             shifted = replay.truncate_logits(shifted, targets, self.temperature, self.top_p, self.top_k, kept, chunk)
-        logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
-                                               with_entropy=with_entropy)
-        out = TokenStats(logp, ent)
-        if with_scores:
-            out.disc_s, out.disc_n = token_scores(shifted.detach(), targets, temperature=self.temperature,
-                                                  chunk_size=chunk)
+        if with_scores and not torch.is_grad_enabled():  # one softmax per chunk for all four (same log p and H)
+            logp, ent, disc_s, disc_n = token_logprobs_entropy_and_scores(shifted, targets, self.temperature, chunk)
+            out = TokenStats(logp, ent if with_entropy else None, disc_s, disc_n)
+        else:
+            logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
+                                                   with_entropy=with_entropy)
+            out = TokenStats(logp, ent)
+            if with_scores:
+                out.disc_s, out.disc_n = token_scores(shifted.detach(), targets, temperature=self.temperature,
+                                                      chunk_size=chunk)
         if with_full_entropy:
             out.full_entropy = ent if full is shifted else token_logprobs_and_entropy(
                 full.detach(), targets, temperature=self.temperature, chunk_size=chunk)[1]

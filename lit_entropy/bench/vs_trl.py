@@ -1,6 +1,6 @@
 """lit-entropy vs TRL's ``GRPOTrainer`` on the same work: ``python scripts/bench.py --vs trl [options]``.
 
-The work is the Countdown lab's default iteration (``conf/train.yaml`` with ``callbacks/entropy=none``):
+The lab settings' work is the Countdown lab's default iteration (``conf/train.yaml`` with ``callbacks/entropy=none``):
 128 prompts x 8 completions, at most 16 new tokens, temperature 1, 4 optimizer steps of 256 rows in
 micro-batches of 128, fp32, PPO clip 0.2, no KL, group-normalised advantages, token-mean loss, AdamW
 as ``conf/optim/adamw.yaml``; both sides start from the same warm-started weights and token ids and see
@@ -8,7 +8,12 @@ the same prompts in the same order. Settings: ``hf`` (HF ``generate``: ours ``ro
 ``use_vllm=False``), ``vllm`` (ours ``rollout=vllm``, TRL ``use_vllm=True, vllm_mode="colocate"``) and
 ``vllm_overlap`` (ours ``rollout=vllm rollout.max_staleness=1``: generation overlapped with the update, one
 version stale, docs/overlap.md; TRL as in ``vllm``, its colocated mode being synchronous). Pin the overlap's
-generating thread with ``--override rollout.engine_cores=[N]``.
+generating thread with ``--override rollout.engine_cores=[N]``. ``real_vllm`` is the real model's iteration
+(``experiment=real_lm`` without its periodic evaluation): SmolLM2-135M-Instruct, 8 arithmetic prompts x 8
+completions in its chat template, at most 160 new tokens, bf16 autocast over fp32 weights, a bf16 vLLM engine
+(compiled on both sides: TRL builds it without ``enforce_eager``), token-level truncated importance sampling at
+2 (TRL ``vllm_importance_sampling_mode="token_truncate"``), AdamW lr 5e-6, 2 optimizer steps of 32 rows in
+micro-batches of 8.
 
 Runs are interleaved (ours, TRL, ours, TRL, ...) per setting, each a fresh interpreter
 (:mod:`lit_entropy.bench.vs_trl_sides`) of ``--iters`` iterations whose first ``--warmup`` are
@@ -42,10 +47,12 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 """The folder holding ``lit_entropy``: each side starts there, so it imports this same code."""
 SIDES = ("ours", "trl")
 SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)",
-            "vllm_overlap": "vLLM, ours overlapped (rollout.max_staleness=1) vs TRL colocated"}
-ENGINE = {"hf": "hf", "vllm": "vllm", "vllm_overlap": "vllm"}
+            "vllm_overlap": "vLLM, ours overlapped (rollout.max_staleness=1) vs TRL colocated",
+            "real_vllm": "SmolLM2-135M-Instruct (experiment=real_lm): bf16, vLLM (colocated, compiled), TIS"}
+ENGINE = {"hf": "hf", "vllm": "vllm", "vllm_overlap": "vllm", "real_vllm": "vllm"}
 """The ``rollout`` group of each setting."""
-SETTING_OVERRIDES = {"vllm_overlap": ["rollout.max_staleness=1"]}
+SETTING_OVERRIDES = {"vllm_overlap": ["rollout.max_staleness=1"],
+                     "real_vllm": ["experiment=real_lm", "callbacks/eval=none"]}
 """Overrides of a setting beyond its engine (TRL's side reads none of them)."""
 TOP_PHASES = ("sync", "generate", "score", "prepare", "update")
 CLEAN_CPU_FRAC = 0.75
@@ -169,7 +176,11 @@ def markdown(report: dict) -> str:
     for setting, r in summ.items():
         o, t, ratio = r["ours"], r["trl"], r["ratio_ours_over_trl"]
         cpu_ratio = r["cpu_ratio_ours_over_trl"]
-        lines += [f"## {SETTINGS[setting]}", "", "| side | iteration s min | median | max | CPU s median | iterations |",
+        w = s.get("work", {}).get(setting)
+        work = (f"Work: {w['prompts']} prompts x {w['group_size']} completions, max {w['max_new_tokens']} new tokens, "
+                f"{w['optimizer_steps']} optimizer steps (micro-batch {w['micro_batch_size']}), precision {w['precision']}, "
+                f"engine {w['engine_dtype']}, lr {w['lr']}, correction {w['correction']}.") if w else ""
+        lines += [f"## {SETTINGS[setting]}", "", work, "", "| side | iteration s min | median | max | CPU s median | iterations |",
                   "|---|---|---|---|---|---|"]
         for name, side in (("lit-entropy", o), ("TRL", t)):
             it, cpu = side["iteration_s"], side["iteration_cpu_s"]
@@ -240,6 +251,15 @@ def run(out: Path, settings: list[str], quick: bool = False, iters: int | None =
                      "torch_threads": machine["torch_threads"]},
         "runs": [],
     }
+    report["settings"]["work"] = {}
+    for setting in settings:  # each setting's own work (the lab's and the real model's differ)
+        c = compose(overrides_for(setting, iters, quick, list(extra_overrides)))
+        report["settings"]["work"][setting] = {
+            "model": str(c.model.get("_target_", "")), "prompts": c.batch.prompts_per_iter,
+            "group_size": c.batch.group_size, "max_new_tokens": c.rollout.max_new_tokens,
+            "micro_batch_size": c.batch.micro_batch_size, "optimizer_steps": c.batch.num_minibatches * c.batch.ppo_epochs,
+            "precision": str(c.trainer.precision), "engine_dtype": str(c.rollout.engine.get("dtype")),
+            "lr": c.optim.lr, "correction": str((c.get("correction") or {}).get("name", "none"))}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-vs-trl-") as tmp:
         for setting in settings:

@@ -127,6 +127,18 @@ def run_ours(spec: dict) -> dict:
 
 
 # ---- TRL -------------------------------------------------------------------------------------------
+def importance_sampling(cfg: Any) -> dict:
+    """TRL's vLLM importance-sampling correction matching ``correction``: off, or token-level truncation at the
+    same threshold (``correction=tis``)."""
+    c = cfg.get("correction") or {}
+    if c.get("name", "none") == "none":
+        return {"vllm_importance_sampling_correction": False}
+    if (c.get("name"), c.get("level"), c.get("mode")) != ("tis", "token", "truncate"):
+        raise ValueError(f"no TRL equivalent of correction={c.get('name')} in this benchmark")
+    return {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate",
+            "vllm_importance_sampling_clip_max": float(c.threshold)}
+
+
 def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
     """GRPOConfig keyword arguments matching the composed lit-entropy config (docs/bench_trl.md)."""
     b, r, a, o = cfg.batch, cfg.rollout, cfg.algo, cfg.optim
@@ -137,7 +149,8 @@ def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
         raise ValueError(f"{rows} rows / {b.num_minibatches} minibatches / micro-batch {b.micro_batch_size} "
                          "must divide exactly for TRL's batch arithmetic")
     return {
-        "output_dir": output_dir, "seed": cfg.seed, "use_cpu": True, "bf16": False, "fp16": False,
+        "output_dir": output_dir, "seed": cfg.seed, "use_cpu": True, "bf16": "bf16" in str(cfg.trainer.precision),
+        "fp16": False,
         "report_to": "none", "save_strategy": "no", "logging_steps": 1, "gradient_checkpointing": False,
         # Batches: TRL's "step" is a micro-batch; an optimizer step accumulates `gradient_accumulation_steps`.
         "per_device_train_batch_size": b.micro_batch_size, "gradient_accumulation_steps": accumulation,
@@ -154,7 +167,7 @@ def trl_config(cfg: Any, setting: str, iters: int, output_dir: str) -> dict:
         "adam_beta2": o.betas[1], "adam_epsilon": o.eps, "max_grad_norm": o.max_grad_norm,
         "optim": "adamw_torch", "lr_scheduler_type": "constant", "warmup_steps": o.warmup_steps,
         # Rollout engine.
-        "use_vllm": setting.startswith("vllm"), "vllm_mode": "colocate", "vllm_importance_sampling_correction": False,
+        "use_vllm": "vllm" in setting, "vllm_mode": "colocate", **importance_sampling(cfg),
         "vllm_gpu_memory_utilization": cfg.rollout.engine.get("gpu_memory_utilization", 0.3),
     }
 
@@ -168,23 +181,41 @@ def run_trl(spec: dict) -> dict:
 
     cfg = compose(spec["overrides"])
     iters = spec["iters"]
-    policy = instantiate(cfg.model).build()  # the same warm-started weights our side starts from
+    policy = instantiate(cfg.model).build()  # the same weights our side starts from
     tok = policy.tokenizer
-    hf_tok = tok.to_hf()
+    chat = bool(cfg.data.get("chat_template", False))
+    hf_tok = tok.hf if chat else tok.to_hf()  # a real model's own tokenizer; the lab's as an HF tokenizer
     model_dir = Path(spec["workdir"]) / "policy"  # the weights, plus an HF tokenizer for vLLM to load
     shutil.copytree(policy.path, model_dir, dirs_exist_ok=True)
     hf_tok.save_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     source = instantiate(cfg.data.prompts)
-    texts = [p.text for it in range(iters) for p in source.sample(cfg.batch.prompts_per_iter, iteration=it)]
-    for text in texts[:8]:
-        if hf_tok(text)["input_ids"] != tok.encode(text, add_bos=True):
-            raise AssertionError(f"TRL would tokenize {text!r} differently from lit-entropy")
+    sampled = [p for it in range(iters) for p in source.sample(cfg.batch.prompts_per_iter, iteration=it)]
+    texts, references = [p.text for p in sampled], [p.reference for p in sampled]
+    system = cfg.data.get("system_prompt")
+    if chat:  # conversational prompts: TRL applies the chat template, as our DataModule does
+        prompts: list = [([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": t}]
+                         for t in texts]
+        for text, messages in list(zip(texts, prompts, strict=True))[:8]:
+            theirs = hf_tok.apply_chat_template([messages], add_generation_prompt=True, tokenize=True,
+                                                return_dict=True)["input_ids"][0]  # as TRL's generate calls it
+            if list(theirs) != tok.encode_chat(text, system=system):
+                raise AssertionError(f"TRL would tokenize {text!r} differently from lit-entropy")
+    else:
+        prompts = texts
+        for text in texts[:8]:
+            if hf_tok(text)["input_ids"] != tok.encode(text, add_bos=True):
+                raise AssertionError(f"TRL would tokenize {text!r} differently from lit-entropy")
     accuracy: list[float] = []
     reward_fn, reward_kwargs, threshold = source.reward_fn, source.reward_kwargs, cfg.reward.correct_threshold
 
-    def countdown(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-        rewards = [float(reward_fn(p, c, None, **reward_kwargs)) for p, c in zip(prompts, completions, strict=True)]
+    def content(x: Any) -> str:  # a conversational prompt or completion: the last message's text
+        return x[-1]["content"] if isinstance(x, list) else x
+
+    def verifier(prompts: list, completions: list, reference: list | None = None, **_: Any) -> list[float]:
+        refs = [json.loads(r) for r in reference] if reference else [None] * len(prompts)  # the dataset's column
+        rewards = [float(reward_fn(content(p), content(c), r, **reward_kwargs))
+                   for p, c, r in zip(prompts, completions, refs, strict=True)]
         accuracy.append(sum(r >= threshold for r in rewards) / max(1, len(rewards)))
         return rewards
 
@@ -237,10 +268,11 @@ def run_trl(spec: dict) -> dict:
                                     "phases": phases})
             self.last = now
 
-    patches = apply_vllm_cpu_patches(dtype=cfg.rollout.engine.get("dtype", "float32")) if spec["setting"].startswith("vllm") else {}
+    patches = apply_vllm_cpu_patches(dtype=cfg.rollout.engine.get("dtype", "float32")) if "vllm" in spec["setting"] else {}
     args = GRPOConfig(**trl_config(cfg, spec["setting"], iters, str(Path(spec["workdir"]) / "trl")))
     timer = IterationTimer()
-    trainer = Timed(model=model, reward_funcs=countdown, args=args, train_dataset=Dataset.from_dict({"prompt": texts}),
+    trainer = Timed(model=model, reward_funcs=verifier, args=args, train_dataset=Dataset.from_dict(
+                        {"prompt": prompts, "reference": [json.dumps(r) for r in references]}),
                     processing_class=hf_tok, callbacks=[timer])
     trainer.train()
     for it, acc in zip(timer.iterations, accuracy, strict=False):

@@ -26,19 +26,25 @@ from torch import Tensor
 from lit_entropy.diagnostics.entropy import _check, _row_chunks
 
 
-def _scores_from_log_probs(log_probs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    """``(S, N)`` over the last dim of fp32 ``log_probs`` [..., V] for ``targets`` [...] (shared by both paths)."""
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    """Row-wise ``Σ_v a_v·b_v`` over the last dim as one batched matmul (no [..., V] temporary)."""
+    return (a.unsqueeze(-2) @ b.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+
+
+def _stats_from_log_probs(log_probs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(log p_t, H, S, N)`` over the last dim of fp32 ``log_probs`` [..., V] for ``targets`` [...].
+
+    ``N = Σ_v p_v²·(H + log p_v)`` is computed as ``H·Σ_v p_v² + Σ_v p_v·(p_v log p_v)``: the same sum, in
+    three passes over the vocabulary instead of six (dead terms, ``p_v = 0``, are exactly 0 in both)."""
     probs = log_probs.exp()
     zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
-    alive = probs > 0
-    plogp = torch.where(alive, probs * log_probs, zero)
+    plogp = torch.where(probs > 0, probs * log_probs, zero)
     entropy = -plogp.sum(-1)
-    # N = Σ_v p_v²·(H + log p_v); dead terms (p_v = 0) are exactly 0.
-    baseline = torch.where(alive, probs * probs * (entropy.unsqueeze(-1) + log_probs), zero).sum(-1)
+    baseline = entropy * _dot(probs, probs) + _dot(probs, plogp)
     logp_t = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     p_t = logp_t.exp()
     score = torch.where(p_t > 0, p_t * (entropy + logp_t), zero)
-    return score, baseline
+    return logp_t, entropy, score, baseline
 
 
 @torch.no_grad()
@@ -66,9 +72,30 @@ def token_scores(
     baseline = torch.empty(total, dtype=torch.float32, device=logits.device)
     for start, end, rows in _row_chunks(logits.detach(), chunk_size):
         log_probs = torch.log_softmax(rows.float() / temperature, dim=-1)
-        score[start:end], baseline[start:end] = _scores_from_log_probs(log_probs, flat_targets[start:end])
+        score[start:end], baseline[start:end] = _stats_from_log_probs(log_probs, flat_targets[start:end])[2:]
         del log_probs
     return score.view(batch, length), baseline.view(batch, length)
+
+
+@torch.no_grad()
+def token_logprobs_entropy_and_scores(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk_size: int = 1024
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``log p(target)``, entropy ``H``, ``S`` and ``N`` [B, L] (fp32, no gradient) from ONE ``log_softmax`` per
+    chunk: the pre-update pass with the diagnostics on needs all four, and the vocabulary-wide passes (49k
+    columns on a real model) cost as much as the model's forward. ``log p`` and ``H`` are computed with the same
+    ops as :func:`lit_entropy.diagnostics.entropy.token_logprobs_and_entropy`, so they equal its values."""
+    _check(logits, targets, temperature, chunk_size)
+    batch, length, _ = logits.shape
+    flat_targets = targets.reshape(-1).long()
+    out = [torch.empty(batch * length, dtype=torch.float32, device=logits.device) for _ in range(4)]
+    for start, end, rows in _row_chunks(logits.detach(), chunk_size):
+        log_probs = torch.log_softmax(rows.float() / temperature, dim=-1)
+        for o, value in zip(out, _stats_from_log_probs(log_probs, flat_targets[start:end]), strict=True):
+            o[start:end] = value
+        del log_probs
+    logp, entropy, score, baseline = (o.view(batch, length) for o in out)
+    return logp, entropy, score, baseline
 
 
 @torch.no_grad()

@@ -124,3 +124,23 @@ def test_bad_shapes():
         token_scores(logits, targets[:, :2])
     with pytest.raises(ValueError):
         token_scores(logits, targets, chunk_size=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_fused_pass_equals_the_separate_ones(temperature):
+    """The pre-update pass's fused statistics: log p and H bitwise those of the entropy pass, S and N those of the
+    naive reference, dead (-inf) logits included."""
+    from lit_entropy.diagnostics.discriminator import token_logprobs_entropy_and_scores
+    from lit_entropy.diagnostics.entropy import token_logprobs_and_entropy
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 7, 50, generator=g) * 4
+    logits[0, :, 10:] = float("-inf")  # a truncated distribution: only 10 live tokens
+    targets = torch.randint(0, 10, (3, 7), generator=g)
+    logp, ent, s, n = token_logprobs_entropy_and_scores(logits[:, :-1], targets[:, 1:], temperature, chunk_size=4)
+    ref_logp, ref_ent = token_logprobs_and_entropy(logits[1:, :-1], targets[1:, 1:], temperature, chunk_size=4)
+    assert torch.equal(logp[1:], ref_logp) and torch.equal(ent[1:], ref_ent)
+    ref_s, ref_n = naive_token_scores(logits[:, :-1], targets[:, 1:], temperature)
+    assert torch.allclose(s, ref_s, atol=1e-6) and torch.allclose(n, ref_n, atol=1e-6)
+    assert torch.isfinite(ent).all() and torch.isfinite(n).all()
+    assert ent.dtype == logp.dtype == s.dtype == n.dtype == torch.float32
