@@ -33,6 +33,13 @@ from lit_entropy.utils import dist
 log = logging.getLogger(__name__)
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every element is finite. A NaN or ±inf makes the sum non-finite, so a finite sum (one read of the
+    tensor) proves it; only a non-finite sum (a bad value, or an overflow of huge ones) pays the elementwise check
+    (at 163M parameters the elementwise check alone took 0.30 s of a 0.55 s sync)."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 class VLLMEngine(RolloutEngine):
     overlaps_update = True  # generates in the overlap's thread: samples seeded per request (its draws on the global RNG affect none of ours; docs/overlap.md)
 
@@ -190,7 +197,7 @@ class VLLMEngine(RolloutEngine):
         """
         state = merged_state_items(model) if is_peft(model) else dist.full_state_items(model)
         state = model_support.checkpoint_items(model, state, self.param_names)  # the checkpoint's names
-        bad = [name for name, t in state if dist.is_dtensor(t) or not torch.isfinite(t).all()]
+        bad = [name for name, t in state if dist.is_dtensor(t) or not all_finite(t)]
         if bad:
             raise RuntimeError(f"weight sync refused: non-finite or still-sharded tensors {bad[:5]}")
         signature = {name: tuple(t.shape) for name, t in state}

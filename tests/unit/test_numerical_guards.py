@@ -99,3 +99,23 @@ def test_clip_cov_reports_pg_loss_without_the_detached_tokens_value():
     assert float(stats["pg_loss"]) == pytest.approx(float(kept), rel=1e-6)
     assert float(stats["pg_loss"]) != pytest.approx(float(plain_tok.sum() / (B * L)), rel=1e-3)
     assert (logp.grad[sel.detach] == 0).all() and (logp.grad[~sel.detach] != 0).any()
+
+
+def test_weight_sync_finite_check_is_exact():
+    """The sync's fast finiteness check: a finite sum proves every element finite; NaN, ±inf and an overflowing
+    sum of finite values are each told apart exactly."""
+    import torch
+
+    from lit_entropy.rollout.vllm_engine import all_finite
+
+    assert all_finite(torch.randn(1000))
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        t = torch.randn(1000)
+        t[17] = bad
+        assert not all_finite(t)
+    t = torch.randn(10)
+    t[3], t[4] = float("inf"), float("-inf")  # the sum is NaN
+    assert not all_finite(t)
+    huge = torch.full((4,), 3e38)  # finite values whose fp32 sum overflows
+    assert all_finite(huge) and not torch.isfinite(huge.sum())
+    assert all_finite(torch.zeros(0)) and all_finite(torch.arange(5)) and all_finite(torch.randn(8).bfloat16())
