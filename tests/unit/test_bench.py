@@ -136,3 +136,22 @@ def test_limits_follow_the_formulas_on_a_llama_config():
     assert lim["update_tokens_per_s"] == 1e9 / (6 * params) and lim["pass_tokens_per_s"] == 1e9 / (2 * params)
     fast = limits.limits(cfg, rate=1e3, bandwidth=1e12, bytes_per=2, batch=4, context=10)
     assert fast["decode_bound"] == "compute" and abs(fast["decode_tokens_per_s"] - 4 / (2 * params * 4 / 1e3)) < 1e-9
+
+
+def test_engine_settings_report_names_every_setting_and_its_ratio():
+    """``--only engine``'s table: one row per setting, the ratio to the first, failures and skips by name."""
+    from lit_entropy.bench import engine_settings
+
+    names = list(engine_settings.SETTINGS)
+    assert names[0].startswith("bf16 eager") and any("compiled" in n for n in names)
+    assert engine_settings.SETTINGS[names[1]]["engine"]["enforce_eager"] is False
+    rows = {names[0]: {"start_s": 6.0, "tokens_per_s": 300.0, "sync_s": 0.5, "runs": []},
+            names[1]: {"start_s": 60.0, "tokens_per_s": 450.0, "sync_s": 0.5, "runs": []},
+            names[2]: {"failed": "Traceback ... RuntimeError: boom"},
+            names[4]: {"skipped": "libiomp5.so not found"}}
+    for row in rows.values():
+        if "tokens_per_s" in row:
+            row["speedup"] = row["tokens_per_s"] / 300.0
+    text = "\n".join(engine_settings.markdown({"settings": {"prompts": 8, "group": 8, "max_new_tokens": 160},
+                                               "rows": rows}))
+    assert "| 450 | 1.5 |" in text and "failed: " in text and "boom" in text and "libiomp5.so not found" in text
