@@ -37,8 +37,9 @@ def test_what_the_module_asks(rule):
 
 
 def test_rule_arguments_come_from_the_signature():
-    assert registry.SELECTION_RULES["clip_cov"].args == ("rho", "bound_low", "bound_high")
-    assert registry.SELECTION_RULES["kl_cov"].args == ("k", "beta")
+    assert registry.SELECTION_RULES["clip_cov"].args == ("rho", "bound_low", "bound_high", "bounds", "min_count",
+                                                         "rounding")
+    assert registry.SELECTION_RULES["kl_cov"].args == ("k", "min_count", "beta")
     with pytest.raises(ValueError, match="algo.selection="):
         AlgoConfig(selection="clip_z")
     with pytest.raises(ValueError, match=r"algo.selection_args \['rho'\] are not arguments of forking"):
