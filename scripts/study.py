@@ -116,7 +116,7 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
     train_script = ROOT / "scripts" / "train.py"
     if args.check:
         points, _ = phase_points(protocol, args.phase, out)
-        points = points if points is not None else protocol.tuning_points()
+        points = protocol.all_points() if points is None or args.phase == "tune" else points
         print(f"checked {check_points(protocol, points, overrides)} cells: every override composes and builds")
     if args.dry_run:
         print(dry_run(protocol, args.phase, out, train_script, overrides))

@@ -156,8 +156,14 @@ class Protocol:
                             eval_every=self.eval["every"], overrides=[*self.overrides, *extra],
                             variants={p.name: list(p.overrides) for p in points}, explicit=[p.cell for p in points])
 
-    def tuning_points(self) -> list[Point]:
+    def all_points(self) -> list[Point]:
+        """Every point of every method (what ``--check`` composes)."""
         return [p for m in self.methods.values() for p in m.points()]
+
+    def tuning_points(self) -> list[Point]:
+        """The points tuning runs: those of methods with more than one setting. A method with one setting has
+        nothing to choose; its pick is that setting, and it first runs in ``evaluate``."""
+        return [p for m in self.methods.values() if len(m.points()) > 1 for p in m.points()]
 
     def seconds(self, runs: int) -> float:
         """The protocol's estimate of ``runs`` runs on one core: iterations, plus each held-out evaluation (at
@@ -234,6 +240,12 @@ def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
     picks: dict[str, Any] = {"protocol": protocol.name, "criterion": protocol.criterion,
                              "tuning_seeds": protocol.tuning_seeds, "methods": {}, "incomplete": {}}
     for method, spec in protocol.methods.items():
+        if len(spec.points()) == 1:  # nothing to tune: the one setting is the pick, with no tuning runs
+            p = spec.points()[0]
+            picks["methods"][method] = {"point": p.name, "algo": p.algo, "controller": p.controller,
+                                        "overrides": list(p.overrides), "setting": p.setting, "scores": {},
+                                        "mean": None, "dose": None, "grid": []}
+            continue
         rows, missing = [], []
         for p in spec.points():
             scores = {s: criterion_score(r, protocol.criterion) for s, r in runs.get(p.name, {}).items()}
@@ -258,6 +270,8 @@ def tuning_table(picks: dict[str, Any]) -> str:
              f"iteration; tuning seeds {picks['tuning_seeds']}.", "",
              "| method | setting | criterion per seed | mean | dose | pick |", "|---|---|---|---|---|---|"]
     for method, chosen in picks["methods"].items():
+        if not chosen["grid"]:
+            lines.append(f"| {method} | {chosen['setting']} | one setting: not tuned | — | — | **pick** |")
         for row in chosen["grid"]:
             seeds = ", ".join(f"{s}: {v:.3f}" for s, v in sorted(row["scores"].items(), key=lambda kv: int(kv[0])))
             dose = f"{row['dose']:.4f}" if row["dose"] is not None else "—"
@@ -349,6 +363,10 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             shown = [a for a in cmd[2:] if not a.startswith(("seed=", "hydra.run.dir="))]
             lines.append(f"  {p.method:<16} {p.setting:<48} {' '.join(shown)}")
         runs = len(points) * len(seeds)
+        if phase == "tune":
+            once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]
+            if once:
+                lines.append(f"  (one setting, not tuned: {', '.join(once)})")
     hours = protocol.seconds(runs) / 3600
     lines.append(f"{runs} runs ({runs // len(seeds)} cells x {len(seeds)} seeds), about {hours:.1f} h on one core "
                  f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h")

@@ -72,17 +72,18 @@ def test_the_collapse_protocol_has_the_issues_grids_and_fresh_evaluation_seeds()
     assert grids["clip_b"] == {"algo.selection_args.mu": [1.5, 2.0, 2.5, 3.0]}
     assert grids["grpo"] == {"optim.lr": [2.5e-4, 5e-4, 1e-3]}
     assert grids["cispo"] == {"algo.eps_high": [2.0, 4.0]} and not p.methods["sapo"].grid  # the 2026 objectives
-    assert len(p.tuning_points()) == 34 and len(p.tuning_seeds) == 2
+    assert len(p.all_points()) == 34 and len(p.tuning_seeds) == 2
+    assert len(p.tuning_points()) == 28  # the six one-setting methods are not tuned
     assert len(p.evaluation_seeds) >= 5 and not set(p.tuning_seeds) & set(p.evaluation_seeds)
     assert p.criterion == ["pass@1", "pass@64"] and p.baseline == "grpo"
     assert p.interval.kind == "bootstrap" and p.interval.resamples == 10_000
-    assert len({pt.name for pt in p.tuning_points()}) == 34  # every point its own run folder
+    assert len({pt.name for pt in p.all_points()}) == 34  # every point its own run folder
 
 
 def test_every_cell_of_the_collapse_protocol_composes_and_builds() -> None:
     """Each override is a real config key (Hydra refuses others) and each value passes start-up checks."""
     p = load_protocol(COLLAPSE)
-    assert check_points(p, p.tuning_points()) == 34
+    assert check_points(p, p.all_points()) == 34
 
 
 def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
@@ -154,7 +155,8 @@ def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> No
 def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path) -> None:
     p = load_protocol(COLLAPSE)
     text = dry_run(p, "tune", tmp_path, ROOT / "scripts" / "train.py")
-    assert "68 runs (34 cells x 2 seeds)" in text
+    assert "56 runs (28 cells x 2 seeds)" in text
+    assert "(one setting, not tuned: entrocraft_hard, sapo, dppo_tv, dppo_kl, maxrl, lite_ppo)" in text
     assert "algo=kl_cov callbacks/entropy=none" in text and "algo.selection_args.k=0.05 algo.selection_args.beta=20.0" in text
     assert "algo=dapo callbacks/entropy=adapo" in text and "batch.ppo_epochs=2 callbacks.entropy.eps_max=0.8" in text
     text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")  # before tuning: one pick per method
@@ -171,3 +173,12 @@ def test_the_script_takes_the_protocol(tmp_path: Path) -> None:
     assert "protocol collapse, phase tune" in out.getvalue() and not (tmp_path / "tune").exists()
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
         script.main(["--protocol", str(COLLAPSE), "--dry-run"])  # no phase
+
+
+def test_a_one_setting_method_is_not_tuned_and_its_setting_is_the_pick(tmp_path: Path) -> None:
+    p = _tiny(tmp_path, TINY + "  sapo: {}\n")
+    assert [pt.method for pt in p.tuning_points()] == ["grpo", "grpo", "clip_cov", "clip_cov"]
+    assert [pt.name for pt in p.all_points()][-1] == "sapo-preset"
+    picks = pick(p, tmp_path)  # no run at all: only sapo has a pick
+    assert list(picks["methods"]) == ["sapo"] and picks["methods"]["sapo"]["overrides"] == []
+    assert "| sapo | preset | one setting: not tuned | — | — | **pick** |" in tuning_table(picks)
