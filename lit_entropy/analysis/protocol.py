@@ -36,7 +36,7 @@ from lit_entropy.analysis.method_study import (
     run_summary,
     summarise,
 )
-from lit_entropy.analysis.verdicts import Claim, IntervalRule, judge, verdict_report
+from lit_entropy.analysis.verdicts import Claim, IntervalRule, Verdict, judge, verdict_report
 
 PHASES = ("tune", "evaluate")
 
@@ -306,8 +306,21 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     verdicts = judge(by_method, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, protocol.interval,
                      settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
     legend = dose_legend([method_of(p.algo, p.controller) for p in points])
+    other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
+    check = judge(by_method, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, other,
+                  settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
     return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
-                                                                                   protocol.interval)) if x)
+                                                                                   protocol.interval),
+                                    sensitivity(verdicts, check, other.kind)) if x)
+
+
+def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> str:
+    """A line saying which labels the other interval (``t`` for a bootstrap protocol, and back) would change:
+    the rule stays the declared one; this says how much a verdict leans on it."""
+    changed = [f"{v.method} {v.claim.metric}: {v.label} → {o.label} ([{o.interval[0]:+.3f}, {o.interval[1]:+.3f}])"
+               for v, o in zip(verdicts, others, strict=True) if v.label != o.label and o.interval is not None]
+    head = f"With a paired {'t' if kind == 't' else 'bootstrap'} interval instead of the declared one"
+    return f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + "."
 
 
 def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lanes: int = 1,

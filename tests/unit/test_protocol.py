@@ -150,6 +150,21 @@ def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> No
     assert "dose of `clip_cov`" in report
     row = [line for line in report.splitlines() if line.startswith("| clip_cov | algo.selection_args.rho=0.01 |")]
     assert len(row) == 1 and "| +0.100 | [+0.100, +0.100] | **reproduced** |" in row[0]
+    assert "With a paired t interval instead of the declared one, no label changes." in report
+
+
+def test_the_report_names_the_labels_the_other_interval_would_change(tmp_path: Path) -> None:
+    """Differences +0.30, +0.01, +0.02: every bootstrap mean is > 0 (reproduced), the t interval reaches below 0."""
+    p = _tiny(tmp_path)
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    for seed, gain in zip((0, 1, 2), (0.30, 0.01, 0.02), strict=True):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.4 + gain, masked=0.02)
+    report = evaluation_report(p, picks, tmp_path)
+    assert "| clip_cov | algo.selection_args.rho=0.01 | 0.0200 | pass@8 > baseline | 3 | +0.110 |" in report
+    assert "these labels change: clip_cov pass@8: reproduced → not reproduced ([-0." in report
 
 
 def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path) -> None:
