@@ -9,6 +9,8 @@ at a time, each lane pinned to its own CPU cores (a finished run is not run agai
 resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
 final entropy, last-5 accuracy, held-out pass@1 and pass@8, band error and seconds per iteration) and
 ``<out>/study.png`` (entropy and accuracy curves; ``--report NAME`` names them NAME.md, NAME.png). ``--summarise-only`` skips running.
+``--export-records FILE`` keeps the finished runs in one small file and ``--import-records FILE`` writes them
+back (lit_entropy/analysis/records.py), so a study's numbers outlive its ``logs/`` folder.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phase", choices=("tune", "evaluate"), default=None, help="the protocol's phase to run")
     ap.add_argument("--dry-run", action="store_true", help="print the protocol phase's cells and overrides, run nothing")
     ap.add_argument("--check", action="store_true", help="compose and build every cell's config before running")
+    ap.add_argument("--import-records", type=Path, default=None, metavar="FILE",
+                    help="first write the finished runs of a records file (--export-records) under the out folder, "
+                         "keeping runs already there; without --phase, only that")
+    ap.add_argument("--export-records", type=Path, default=None, metavar="FILE",
+                    help="last write every finished run under the out folder to FILE (gzipped JSON, ~20 kB a "
+                         "run: lit_entropy/analysis/records.py); without --phase, only that")
     args = ap.parse_args(argv)
     if args.protocol is not None:
         return run_protocol(args, overrides, ap)
@@ -85,8 +93,14 @@ def main(argv: list[str] | None = None) -> int:
                      overrides=overrides,
                      variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)},
                      cells=cells)
+    from lit_entropy.analysis.records import export_records, import_records
+
+    if args.import_records is not None:
+        print("imported {} runs ({} already there, kept)".format(*import_records(args.import_records, args.out)))
     if not args.summarise_only:
         run_study(plan, args.out, ROOT / "scripts" / "train.py", lanes=args.lanes)
+    if args.export_records is not None:
+        print(f"exported {export_records(args.out, args.export_records)} runs to {args.export_records}")
     table, _ = summarise(plan, args.out, tuple(args.columns.split(",")), sort_by=args.sort)
     print(table)
     md, png = args.out / f"{args.report}.md", args.out / f"{args.report}.png"
@@ -104,15 +118,27 @@ def main(argv: list[str] | None = None) -> int:
 def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.ArgumentParser) -> int:
     """``--protocol``: dry-run, check or run one phase (see the module docstring)."""
     from lit_entropy.analysis.protocol import check_points, dry_run, load_protocol, phase_points, run_phase
+    from lit_entropy.analysis.records import export_records, import_records
 
-    if args.phase is None:
-        ap.error("--protocol needs --phase tune or --phase evaluate")
+    records_only = args.import_records is not None or args.export_records is not None
+    if args.phase is None and not records_only:
+        ap.error("--protocol needs --phase tune or --phase evaluate (or --import-records / --export-records)")
     try:
         protocol = load_protocol(args.protocol)
         lane_cores(args.lanes)
     except ValueError as err:
         ap.error(str(err))
     out = args.out or Path(protocol.out)
+    if args.import_records is not None:
+        try:
+            written, kept = import_records(args.import_records, out)
+        except (OSError, ValueError) as err:
+            ap.error(str(err))
+        print(f"imported {written} runs from {args.import_records} into {out} ({kept} already there, kept)")
+    if args.phase is None:
+        if args.export_records is not None:
+            print(f"exported {export_records(out, args.export_records)} runs under {out} to {args.export_records}")
+        return 0
     train_script = ROOT / "scripts" / "train.py"
     if args.check:
         points, _ = phase_points(protocol, args.phase, out)
@@ -123,6 +149,8 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
         return 0
     out.mkdir(parents=True, exist_ok=True)
     print(run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides))
+    if args.export_records is not None:
+        print(f"exported {export_records(out, args.export_records)} runs under {out} to {args.export_records}")
     return 0
 
 

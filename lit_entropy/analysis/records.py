@@ -1,0 +1,123 @@
+"""A study's finished runs as one small portable file, and back.
+
+A protocol study is hours of CPU; its run folders (TensorBoard event files, checkpoints, Hydra files) are
+tens of MB and live under the git-ignored ``logs/``. :func:`export_records` keeps what the study's table,
+verdicts and figure read from each finished run — the scalars they use, with the wall-clock times of
+``rollout/entropy`` (seconds per iteration), the run's method config (the dose's clamps) and its overrides —
+in one gzipped JSON of about 20 kB a run. :func:`import_records` writes each run back as a run folder that
+the study reads like the original (a TensorBoard event file, ``.hydra/config.yaml``, ``overrides.yaml`` and
+``done.json``), so a study can be re-summarised, re-judged or resumed on another machine or checkout::
+
+    python scripts/study.py --protocol conf/protocol/collapse.yaml --phase evaluate --export-records F.json.gz
+    python scripts/study.py --protocol conf/protocol/collapse.yaml --phase evaluate --import-records F.json.gz
+
+Nothing machine-specific is kept: no command line, no absolute path, no checkpoint.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from lit_entropy.analysis.runs import event_files, read_scalars
+
+FORMAT = "lit-entropy-study-records/1"
+
+KEPT_TAGS = ("rollout/entropy", "rollout/accuracy", "eval/", "control/", "train/masked_frac_", "train/clipfrac",
+             "rollout_corr/", "diag/logp_mismatch_mean")
+"""Tag prefixes a record keeps: everything the study table, the dose, the verdicts and the figure read."""
+
+WALL_TAG = "rollout/entropy"
+"""The tag whose wall-clock times are kept (the table's seconds per iteration)."""
+
+
+def _wall_times(folder: Path, tag: str) -> list[float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    times: list[float] = []
+    for f in event_files(folder):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        acc.Reload()
+        if tag in acc.Tags().get("scalars", []):
+            times.extend(e.wall_time for e in acc.Scalars(tag))
+    return sorted(times)
+
+
+def _method_config(folder: Path) -> dict[str, Any]:
+    """The parts of the run's composed config the dose reads: ``algo`` and ``callbacks.entropy``."""
+    from lit_entropy.analysis.dose import run_config
+
+    cfg = run_config(folder)
+    return {"algo": cfg.get("algo") or {}, "callbacks": {"entropy": (cfg.get("callbacks") or {}).get("entropy")}}
+
+
+def export_run(folder: str | Path) -> dict[str, Any]:
+    """One finished run as a record: kept scalars (``tag -> [[step, value], ...]``), the wall times of
+    :data:`WALL_TAG`, the method config, the task overrides and the run's exit status and seconds."""
+    import yaml
+
+    folder = Path(folder)
+    scalars = {tag: [[s, round(v, 7)] for s, v in pts] for tag, pts in read_scalars(folder).items()
+               if tag.startswith(KEPT_TAGS)}
+    ov = folder / ".hydra" / "overrides.yaml"
+    done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").is_file() else {}
+    return {"scalars": scalars, "wall_times": [round(t, 3) for t in _wall_times(folder, WALL_TAG)],
+            "config": _method_config(folder),
+            "overrides": (yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [],
+            "done": {k: done[k] for k in ("returncode", "seconds") if k in done}}
+
+
+def export_records(out: str | Path, dest: str | Path) -> int:
+    """Every finished run (a ``done.json``) below ``out`` into ``dest`` (gzipped JSON, keyed by the run's
+    path relative to ``out``); returns the number of runs."""
+    out = Path(out)
+    runs = {str(d.parent.relative_to(out)): export_run(d.parent) for d in sorted(out.rglob("done.json"))}
+    Path(dest).parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(dest, "wt", encoding="utf-8") as fh:
+        json.dump({"format": FORMAT, "runs": runs}, fh, separators=(",", ":"))
+    return len(runs)
+
+
+def import_run(record: dict[str, Any], folder: str | Path) -> None:
+    """Write ``record`` back as a run folder the study reads like the original."""
+    import yaml
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = Path(folder)
+    (folder / ".hydra").mkdir(parents=True, exist_ok=True)
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(record["config"], sort_keys=False))
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(record["overrides"]))
+    walls = record.get("wall_times") or []
+    writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
+    try:
+        for tag, points in record["scalars"].items():
+            for i, (step, value) in enumerate(points):
+                wall = walls[i] if tag == WALL_TAG and i < len(walls) else None
+                writer.add_scalar(tag, value, global_step=step, walltime=wall)
+    finally:
+        writer.close()
+    (folder / "done.json").write_text(json.dumps({**record["done"], "imported": True}, indent=1))
+
+
+def import_records(src: str | Path, out: str | Path) -> tuple[int, int]:
+    """Write every run in ``src`` under ``out`` that ``out`` does not already hold finished; returns
+    (written, skipped). A half-written folder of the same run is replaced."""
+    import shutil
+
+    with gzip.open(src, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{src}: not a study records file (format {data.get('format')!r}, expected {FORMAT!r})")
+    written = skipped = 0
+    for rel, record in data["runs"].items():
+        folder = Path(out) / rel
+        if (folder / "done.json").exists():
+            skipped += 1
+            continue
+        if folder.exists():
+            shutil.rmtree(folder)
+        import_run(record, folder)
+        written += 1
+    return written, skipped

@@ -1,0 +1,109 @@
+"""A study's runs as a records file and back (lit_entropy/analysis/records.py, scripts/study.py --export-records /
+--import-records): the imported run reads back to the same summary, dose and figure input as the original."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+
+from lit_entropy.analysis.method_study import run_summary
+from lit_entropy.analysis.records import export_records, import_records
+from lit_entropy.analysis.runs import read_scalars
+
+
+def _run(folder: Path, lam: float, t0: float = 1_000.0) -> None:
+    """A REPO run of 6 iterations, 2.5 s apart, with a held-out evaluation after iteration 3 and 6, and a tag
+    the records do not keep (train/grad_norm)."""
+    (folder / ".hydra").mkdir(parents=True)
+    cfg = {"algo": {"name": "grpo", "eps_low": 0.2}, "optim": {"lr": 5e-4},
+           "callbacks": {"entropy": {"_target_": "callbacks.repo.REPOCallback", "variant": "r", "lam_max": 0.5}}}
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["algo=grpo", "callbacks/entropy=repo_r"]))
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for i in range(6):
+        writer.add_scalar("rollout/entropy", 0.5 - 0.05 * i, i, walltime=t0 + 2.5 * i)
+        writer.add_scalar("rollout/accuracy", 0.1 * i, i, walltime=t0 + 2.5 * i)
+        writer.add_scalar("control/repo_lambda", lam if i else 0.0, i)
+        writer.add_scalar("train/grad_norm", 1.0, i)
+        if i in (2, 5):
+            writer.add_scalar("eval/pass@1", 0.1 * i, i)
+            writer.add_scalar("eval/pass@8", 0.12 * i, i)
+    writer.close()
+    (folder / "done.json").write_text(json.dumps({"returncode": 0, "seconds": 17.0, "command": ["/abs/train.py"]}))
+
+
+def test_an_imported_run_summarises_like_the_original(tmp_path: Path) -> None:
+    src, dst, f = tmp_path / "study", tmp_path / "elsewhere", tmp_path / "records.json.gz"
+    _run(src / "runs" / "grpo+repo_r" / "seed0", lam=0.5)
+    _run(src / "runs" / "grpo+repo_r" / "seed1", lam=0.2)
+    (src / "runs" / "grpo+repo_r" / "seed2").mkdir()  # unfinished: no done.json, not exported
+    assert export_records(src, f) == 2
+    assert import_records(f, dst) == (2, 0)
+    for seed in (0, 1):
+        a, b = (run_summary(d / "runs" / "grpo+repo_r" / f"seed{seed}") for d in (src, dst))
+        assert a is not None and b is not None
+        assert set(a) == set(b)
+        for key, value in a.items():
+            assert b[key] == pytest.approx(value, abs=1e-6), key  # s_per_it from the kept wall times
+    assert run_summary(dst / "runs" / "grpo+repo_r" / "seed0")["lambda_at_clamp"] == pytest.approx(5 / 6)
+    assert run_summary(dst / "runs" / "grpo+repo_r" / "seed0")["s_per_it"] == pytest.approx(2.5)
+    assert "train/grad_norm" not in read_scalars(dst / "runs" / "grpo+repo_r" / "seed0")
+    assert not (dst / "runs" / "grpo+repo_r" / "seed2").exists()
+
+
+def test_records_keep_no_command_line_or_path(tmp_path: Path) -> None:
+    _run(tmp_path / "study" / "runs" / "c" / "seed0", lam=0.5)
+    f = tmp_path / "r.json.gz"
+    export_records(tmp_path / "study", f)
+    text = gzip.open(f, "rt").read()
+    assert "/abs/train.py" not in text and str(tmp_path) not in text
+    assert json.loads(text)["runs"]["runs/c/seed0"]["done"] == {"returncode": 0, "seconds": 17.0}
+
+
+def test_import_keeps_finished_runs_and_replaces_half_written_ones(tmp_path: Path) -> None:
+    _run(tmp_path / "a" / "runs" / "c" / "seed0", lam=0.5)
+    _run(tmp_path / "a" / "runs" / "c" / "seed1", lam=0.5)
+    f = tmp_path / "r.json.gz"
+    export_records(tmp_path / "a", f)
+    _run(tmp_path / "b" / "runs" / "c" / "seed0", lam=0.9)  # finished here already: kept as is
+    (tmp_path / "b" / "runs" / "c" / "seed1").mkdir(parents=True)
+    (tmp_path / "b" / "runs" / "c" / "seed1" / "stale.txt").write_text("interrupted")
+    assert import_records(f, tmp_path / "b") == (1, 1)
+    assert run_summary(tmp_path / "b" / "runs" / "c" / "seed0")["lambda_final"] == pytest.approx(0.9)
+    assert not (tmp_path / "b" / "runs" / "c" / "seed1" / "stale.txt").exists()
+
+
+def test_a_file_that_is_not_records_names_itself(tmp_path: Path) -> None:
+    f = tmp_path / "other.json.gz"
+    with gzip.open(f, "wt") as fh:
+        json.dump({"runs": {}}, fh)
+    with pytest.raises(ValueError, match="other.json.gz: not a study records file"):
+        import_records(f, tmp_path / "out")
+
+
+def test_the_study_script_exports_and_imports_records_without_a_phase(tmp_path: Path) -> None:
+    import contextlib
+    import importlib.util
+    import io
+
+    from tests.helpers import CONF, ROOT
+
+    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    _run(tmp_path / "a" / "tune" / "runs" / "grpo+none" / "seed100", lam=0.5)
+    protocol, f = str(CONF / "protocol" / "collapse.yaml"), tmp_path / "r.json.gz"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert script.main(["--protocol", protocol, "--out", str(tmp_path / "a"), "--export-records", str(f)]) == 0
+        assert script.main(["--protocol", protocol, "--out", str(tmp_path / "b"), "--import-records", str(f)]) == 0
+    assert "exported 1 runs" in out.getvalue() and "imported 1 runs" in out.getvalue()
+    assert (tmp_path / "b" / "tune" / "runs" / "grpo+none" / "seed100" / "done.json").is_file()
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:
+        script.main(["--protocol", protocol, "--out", str(tmp_path / "c"), "--import-records", str(tmp_path / "no")])
+    assert "no" in err.getvalue()
