@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="first write the finished runs of a records file (--export-records) under the out folder, "
                          "keeping runs already there; without --phase, only that")
     ap.add_argument("--export-records", type=Path, default=None, metavar="FILE",
-                    help="last write every finished run under the out folder to FILE (gzipped JSON, ~20 kB a "
+                    help="last write every finished run under the out folder to FILE (gzipped JSON, ~8 kB a "
                          "run: lit_entropy/analysis/records.py); without --phase, only that")
     args = ap.parse_args(argv)
     if args.protocol is not None:

@@ -4,7 +4,7 @@ A protocol study is hours of CPU; its run folders (TensorBoard event files, chec
 tens of MB and live under the git-ignored ``logs/``. :func:`export_records` keeps what the study's table,
 verdicts and figure read from each finished run — the scalars they use, with the wall-clock times of
 ``rollout/entropy`` (seconds per iteration), the run's method config (the dose's clamps) and its overrides —
-in one gzipped JSON of about 20 kB a run. :func:`import_records` writes each run back as a run folder that
+in one gzipped JSON of about 8 kB a run. :func:`import_records` writes each run back as a run folder that
 the study reads like the original (a TensorBoard event file, ``.hydra/config.yaml``, ``overrides.yaml`` and
 ``done.json``), so a study can be re-summarised, re-judged or resumed on another machine or checkout::
 
