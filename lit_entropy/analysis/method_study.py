@@ -49,7 +49,7 @@ from lit_entropy.analysis.dose import (
     method_of,
     run_config,
 )
-from lit_entropy.analysis.runs import event_files, read_scalars, values
+from lit_entropy.analysis.runs import read_scalars, values, wall_times
 
 
 @dataclass
@@ -201,15 +201,7 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
 
 def seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float | None:
     """Mean wall-clock seconds between consecutive iterations' ``tag`` events (start-up excluded)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    times: list[float] = []
-    for f in event_files(folder):
-        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
-        acc.Reload()
-        if tag in acc.Tags().get("scalars", []):
-            times.extend(e.wall_time for e in acc.Scalars(tag))
-    times.sort()
+    times = wall_times(folder, tag)
     return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
 

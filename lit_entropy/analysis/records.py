@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.analysis.runs import event_files, read_scalars
+from lit_entropy.analysis.runs import read_scalars, wall_times
 
 FORMAT = "lit-entropy-study-records/1"
 
@@ -31,18 +31,6 @@ KEPT_TAGS = ("rollout/entropy", "rollout/accuracy", "eval/", "control/", "train/
 
 WALL_TAG = "rollout/entropy"
 """The tag whose wall-clock times are kept (the table's seconds per iteration)."""
-
-
-def _wall_times(folder: Path, tag: str) -> list[float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    times: list[float] = []
-    for f in event_files(folder):
-        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
-        acc.Reload()
-        if tag in acc.Tags().get("scalars", []):
-            times.extend(e.wall_time for e in acc.Scalars(tag))
-    return sorted(times)
 
 
 def _method_config(folder: Path) -> dict[str, Any]:
@@ -63,7 +51,7 @@ def export_run(folder: str | Path) -> dict[str, Any]:
                if tag.startswith(KEPT_TAGS)}
     ov = folder / ".hydra" / "overrides.yaml"
     done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").is_file() else {}
-    return {"scalars": scalars, "wall_times": [round(t, 3) for t in _wall_times(folder, WALL_TAG)],
+    return {"scalars": scalars, "wall_times": [round(t, 3) for t in wall_times(folder, WALL_TAG)],
             "config": _method_config(folder),
             "overrides": (yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [],
             "done": {k: done[k] for k in ("returncode", "seconds") if k in done}}

@@ -38,6 +38,19 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
 
 
+def wall_times(run_dir: str | Path, tag: str) -> list[float]:
+    """The wall-clock times of every ``tag`` point below ``run_dir``, sorted."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    times: list[float] = []
+    for f in event_files(run_dir):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        acc.Reload()
+        if tag in acc.Tags().get("scalars", []):
+            times.extend(e.wall_time for e in acc.Scalars(tag))
+    return sorted(times)
+
+
 def values(points: list[tuple[int, float]]) -> list[float]:
     """The values of ``(step, value)`` points, in step order."""
     return [v for _, v in points]
