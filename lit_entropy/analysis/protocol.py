@@ -79,7 +79,8 @@ class Point:
 
     @property
     def setting(self) -> str:
-        return ", ".join(f"{k}={hydra_value(v)}" for k, v in self.values) or "preset"
+        """The grid's values; for a method without a grid its fixed overrides, or ``preset``."""
+        return ", ".join(f"{k}={hydra_value(v)}" for k, v in self.values) or ", ".join(self.overrides) or "preset"
 
 
 @dataclass
@@ -124,7 +125,7 @@ class Protocol:
     interval: IntervalRule = field(default_factory=IntervalRule)
     out: str = "logs/protocol"
     min_evaluation_seeds: int = 5
-    cost: dict[str, float] = field(default_factory=lambda: {"seconds_per_iteration": 2.8, "seconds_per_evaluation": 45})
+    cost: dict[str, float] = field(default_factory=lambda: {"seconds_per_iteration": 1.45, "seconds_per_evaluation": 5})
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher

@@ -191,9 +191,11 @@ def test_the_script_takes_the_protocol(tmp_path: Path) -> None:
 
 
 def test_a_one_setting_method_is_not_tuned_and_its_setting_is_the_pick(tmp_path: Path) -> None:
-    p = _tiny(tmp_path, TINY + "  sapo: {}\n")
+    hard = "  hard: {algo: grpo, controller: entrocraft_hard, fixed: ['callbacks.entropy.band.end=[0.1,0.2]']}\n"
+    p = _tiny(tmp_path, TINY + "  sapo: {}\n" + hard)
     assert [pt.method for pt in p.tuning_points()] == ["grpo", "grpo", "clip_cov", "clip_cov"]
-    assert [pt.name for pt in p.all_points()][-1] == "sapo-preset"
-    picks = pick(p, tmp_path)  # no run at all: only sapo has a pick
-    assert list(picks["methods"]) == ["sapo"] and picks["methods"]["sapo"]["overrides"] == []
+    assert [pt.name for pt in p.all_points()][-2] == "sapo-preset"
+    picks = pick(p, tmp_path)  # no run at all: only the one-setting methods have a pick
+    assert list(picks["methods"]) == ["sapo", "hard"] and picks["methods"]["sapo"]["overrides"] == []
     assert "| sapo | preset | one setting: not tuned | — | — | **pick** |" in tuning_table(picks)
+    assert "| hard | callbacks.entropy.band.end=[0.1,0.2] | one setting: not tuned |" in tuning_table(picks)
