@@ -11,7 +11,9 @@ pass@64), the baseline, the claims to judge, the interval rule and, per method, 
   (``<out>/tune.md``). A method with an unfinished point gets no pick.
 * ``evaluate``: each pick on every evaluation seed; ``<out>/evaluate.md`` holds the study table (with each
   method's dose) and, below the rule's text, a verdict per method and claim
-  (:mod:`lit_entropy.analysis.verdicts`); ``<out>/evaluate.png`` the curves.
+  (:mod:`lit_entropy.analysis.verdicts`); ``<out>/evaluate.png`` the curves. A *control* (``controls``: the
+  baseline at another setting, e.g. at the step size the other methods run at) also runs on every evaluation
+  seed; it is never a pick, and the report says which labels would change were it the baseline.
 
 Runs go through :func:`lit_entropy.analysis.method_study.run_study` (resumable, seed by seed, ``lanes`` at a
 time); a point is a *variant* of its algo, so a run folder is ``<out>/<phase>/runs/<algo>@<point>+<controller>/seed<s>``.
@@ -126,6 +128,9 @@ class Protocol:
     out: str = "logs/protocol"
     min_evaluation_seeds: int = 5
     cost: dict[str, float] = field(default_factory=lambda: {"seconds_per_iteration": 1.45, "seconds_per_evaluation": 5})
+    controls: list[list[str]] = field(default_factory=list)
+    """Each a list of overrides making the baseline a control: run on the evaluation seeds, never picked; the report
+    re-judges every claim against it."""
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher
@@ -146,6 +151,20 @@ class Protocol:
             if metric.startswith("pass@") and int(metric.split("@")[1].split("_")[0]) not in ks:
                 raise ValueError(f"protocol {self.name}: {metric} needs {metric.split('@')[1]} in eval.ks {sorted(ks)}")
 
+    def control_points(self) -> list[Point]:
+        """The baseline at each ``controls`` setting (its fixed overrides, then the control's), named like a grid
+        point of the same values (``grpo-lr0.0005``)."""
+        import yaml
+
+        base = self.methods[self.baseline]
+        out = []
+        for overrides in self.controls:
+            values = tuple((k, yaml.safe_load(v)) for k, _, v in (o.partition("=") for o in overrides))
+            label = "_".join(f"{k.rsplit('.', 1)[-1]}{_short(v)}" for k, v in values)
+            out.append(Point(base.name, f"{base.name}-{label}", base.algo, base.controller,
+                             (*base.fixed, *overrides), values))
+        return out
+
     def claims_of(self, method: str) -> list[Claim]:
         own = self.methods[method].claims
         return list(own) if own is not None else list(self.claims)
@@ -159,7 +178,7 @@ class Protocol:
 
     def all_points(self) -> list[Point]:
         """Every point of every method (what ``--check`` composes)."""
-        return [p for m in self.methods.values() for p in m.points()]
+        return [p for m in self.methods.values() for p in m.points()] + self.control_points()
 
     def tuning_points(self) -> list[Point]:
         """The points tuning runs: those of methods with more than one setting. A method with one setting has
@@ -184,7 +203,7 @@ class ProtocolPlan(StudyPlan):
 
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
-         "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost"}
+         "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls"}
 _METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims"}
 
 
@@ -294,10 +313,17 @@ def picked_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
                   tuple(picks["methods"][m]["overrides"])) for m in order]
 
 
+def evaluation_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
+    """What ``evaluate`` runs: each method's pick, then the controls."""
+    return [*picked_points(picks, protocol), *protocol.control_points()]
+
+
 def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
-    """The evaluation table (with dose) and the verdicts below the rule's text."""
+    """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
+    interval, and each control as the baseline, would change."""
     points = picked_points(picks, protocol)
-    plan = protocol.plan(points, protocol.evaluation_seeds, extra)
+    controls = protocol.control_points()
+    plan = protocol.plan([*points, *controls], protocol.evaluation_seeds, extra)
     columns = eval_columns(protocol.eval["ks"])
     table, _ = summarise(plan, out, columns, sort_by=next((c for c in reversed(columns) if c.startswith("pass@")),
                                                           "acc_last20"))
@@ -310,9 +336,31 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
     check = judge(by_method, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, other,
                   settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
+    against = []
+    for c in controls:
+        runs_c = collect(plan, out, [c]).get(c.name, {})
+        swapped = {**by_method, protocol.baseline: runs_c}
+        alt = judge(swapped, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, protocol.interval,
+                    settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
+        against.append(control_line(verdicts, alt, protocol.baseline, c))
     return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
                                                                                    protocol.interval),
-                                    sensitivity(verdicts, check, other.kind)) if x)
+                                    sensitivity(verdicts, check, other.kind), *against) if x)
+
+
+def control_line(verdicts: list[Verdict], others: list[Verdict], baseline: str, control: Point) -> str:
+    """Every claim judged against ``control`` (the baseline at another setting) by the same rule, and which
+    labels that changes."""
+    changed = [f"{v.method} {v.claim.metric}: {v.label} → {o.label}"
+               for v, o in zip(verdicts, others, strict=True) if v.label != o.label]
+    head = f"Against the control {baseline} at {control.setting} instead of the pick"
+    lines = [f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + ".",
+             "", "| method | claim | Δ vs control (mean) | 95 % interval | label against the control |", "|---|---|---|---|---|"]
+    for o in others:
+        mean = "—" if o.mean is None else f"{o.mean:+.3f}"
+        interval = "—" if o.interval is None else f"[{o.interval[0]:+.3f}, {o.interval[1]:+.3f}]"
+        lines.append(f"| {o.method} | {o.claim.metric} {o.claim.direction} | {mean} | {interval} | {o.label} |")
+    return "\n".join(lines)
 
 
 def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> str:
@@ -336,7 +384,7 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         (out / "tune.md").write_text(report + "\n")
         return report
     picks = json.loads((out / "picks.json").read_text())
-    points = picked_points(picks, protocol)
+    points = evaluation_points(picks, protocol)
     plan = protocol.plan(points, protocol.evaluation_seeds, extra)
     run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
     report = evaluation_report(protocol, picks, out / "evaluate", extra)
@@ -355,7 +403,7 @@ def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point]
     if phase == "tune":
         return protocol.tuning_points(), protocol.tuning_seeds
     f = out / "picks.json"
-    return (picked_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.evaluation_seeds
+    return (evaluation_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.evaluation_seeds
 
 
 def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = ()) -> str:
@@ -369,13 +417,17 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
         lines.append(f"(no {out / 'picks.json'} yet: evaluate runs each method's pick of its grid)")
         for m in protocol.methods.values():
             lines.append(f"  {m.name}: algo={m.algo} callbacks/entropy={m.controller}, one of {len(m.points())} points")
-        runs = len(protocol.methods) * len(seeds)
+        for c in protocol.control_points():
+            lines.append(f"  {c.method}: control at {c.setting}")
+        runs = (len(protocol.methods) + len(protocol.controls)) * len(seeds)
     else:
         plan = protocol.plan(points, seeds, extra)
+        controls = protocol.control_points() if phase == "evaluate" else []
         for p in points:
             cmd = train_command(plan, *p.cell, seeds[0], out / phase, train_script)
             shown = [a for a in cmd[2:] if not a.startswith(("seed=", "hydra.run.dir="))]
-            lines.append(f"  {p.method:<16} {p.setting:<48} {' '.join(shown)}")
+            method = f"{p.method} (control)" if p in controls else p.method
+            lines.append(f"  {method:<16} {p.setting:<48} {' '.join(shown)}")
         runs = len(points) * len(seeds)
         if phase == "tune":
             once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]

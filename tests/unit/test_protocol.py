@@ -72,18 +72,18 @@ def test_the_collapse_protocol_has_the_issues_grids_and_fresh_evaluation_seeds()
     assert grids["clip_b"] == {"algo.selection_args.mu": [1.5, 2.0, 2.5, 3.0]}
     assert grids["grpo"] == {"optim.lr": [2.5e-4, 5e-4, 1e-3]}
     assert grids["cispo"] == {"algo.eps_high": [2.0, 4.0]} and not p.methods["sapo"].grid  # the 2026 objectives
-    assert len(p.all_points()) == 34 and len(p.tuning_seeds) == 2
+    assert len(p.all_points()) == 35 and len(p.tuning_seeds) == 2
     assert len(p.tuning_points()) == 28  # the six one-setting methods are not tuned
     assert len(p.evaluation_seeds) >= 5 and not set(p.tuning_seeds) & set(p.evaluation_seeds)
     assert p.criterion == ["pass@1", "pass@64"] and p.baseline == "grpo"
     assert p.interval.kind == "bootstrap" and p.interval.resamples == 10_000
-    assert len({pt.name for pt in p.all_points()}) == 34  # every point its own run folder
+    assert len({pt.name for pt in p.all_points()}) == 34  # each its own run folder; the control is named like lr 5e-4
 
 
 def test_every_cell_of_the_collapse_protocol_composes_and_builds() -> None:
     """Each override is a real config key (Hydra refuses others) and each value passes start-up checks."""
     p = load_protocol(COLLAPSE)
-    assert check_points(p, p.all_points()) == 34
+    assert check_points(p, p.all_points()) == 35
 
 
 def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
@@ -175,7 +175,8 @@ def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path
     assert "algo=kl_cov callbacks/entropy=none" in text and "algo.selection_args.k=0.05 algo.selection_args.beta=20.0" in text
     assert "algo=dapo callbacks/entropy=adapo" in text and "batch.ppo_epochs=2 callbacks.entropy.eps_max=0.8" in text
     text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")  # before tuning: one pick per method
-    assert "no " in text and "80 runs (16 cells x 5 seeds)" in text
+    assert "no " in text and "85 runs (17 cells x 5 seeds)" in text
+    assert "grpo: control at optim.lr=0.0005" in text
 
 
 def test_the_script_takes_the_protocol(tmp_path: Path) -> None:
@@ -199,3 +200,25 @@ def test_a_one_setting_method_is_not_tuned_and_its_setting_is_the_pick(tmp_path:
     assert list(picks["methods"]) == ["sapo", "hard"] and picks["methods"]["sapo"]["overrides"] == []
     assert "| sapo | preset | one setting: not tuned | — | — | **pick** |" in tuning_table(picks)
     assert "| hard | callbacks.entropy.band.end=[0.1,0.2] | one setting: not tuned |" in tuning_table(picks)
+
+
+def test_a_control_runs_on_the_evaluation_seeds_and_the_report_rejudges_against_it(tmp_path: Path) -> None:
+    """GRPO's pick at lr 2e-4 and a control at 1e-4: clip_cov's +0.1 over the pick is a +0.0 over the control."""
+    p = _tiny(tmp_path, TINY + "controls: [[optim.lr=1.0e-4]]\n")
+    (control,) = p.control_points()
+    assert (control.name, control.overrides, control.setting) == ("grpo-lr0.0001", ("optim.lr=1.0e-4",), "optim.lr=0.0001")
+    assert control in p.all_points() and control not in p.tuning_points()
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    for seed, noise in zip((0, 1, 2), (0.0, 0.01, -0.01), strict=True):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0001", "none", seed), 0.2, 0.5 + noise)
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.5, masked=0.02)
+    report = evaluation_report(p, picks, tmp_path)
+    assert "| grpo@grpo-lr0.0001 | none | 3 |" in report  # the control's row in the table
+    assert ("Against the control grpo at optim.lr=0.0001 instead of the pick, these labels change: clip_cov pass@8: "
+            "reproduced → not reproduced.") in report
+    assert "| clip_cov | pass@8 higher | +0.000 | [-0.0" in report
+    text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")
+    assert "9 runs (3 cells x 3 seeds)" in text  # before tuning: two picks + the control
