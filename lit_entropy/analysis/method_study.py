@@ -49,7 +49,7 @@ from lit_entropy.analysis.dose import (
     method_of,
     run_config,
 )
-from lit_entropy.analysis.runs import read_scalars, values, wall_times
+from lit_entropy.analysis.runs import event_files, read_scalars, values, wall_times
 
 
 @dataclass
@@ -205,8 +205,21 @@ def seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float |
     return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
 
+_SUMMARIES: dict[tuple, dict[str, float | None] | None] = {}
+
+
 def run_summary(folder: Path) -> dict[str, float | None] | None:
-    """One run's numbers (None where a run did not log the tag); None if it logged no entropy."""
+    """One run's numbers (None where a run did not log the tag); None if it logged no entropy. Remembered per
+    folder until one of its event files or its config changes (a report reads each run more than once)."""
+    files = [*event_files(folder), Path(folder) / ".hydra" / "config.yaml"]
+    key = (str(Path(folder).resolve()), *((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()))
+    if key not in _SUMMARIES:
+        _SUMMARIES[key] = _run_summary(folder)
+    got = _SUMMARIES[key]
+    return None if got is None else dict(got)  # a copy: callers add keys (the dose)
+
+
+def _run_summary(folder: Path) -> dict[str, float | None] | None:
     raw = read_scalars(folder)
     s = {tag: values(points) for tag, points in raw.items()}
     h, acc = s.get("rollout/entropy"), s.get("rollout/accuracy")

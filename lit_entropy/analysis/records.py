@@ -78,7 +78,7 @@ def import_run(record: dict[str, Any], folder: str | Path) -> None:
     (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(record["config"], sort_keys=False))
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(record["overrides"]))
     walls = record.get("wall_times") or []
-    writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
+    writer = SummaryWriter(log_dir=str(folder / "tensorboard"), max_queue=1_000_000, flush_secs=3600)  # one write
     try:
         for tag, points in record["scalars"].items():
             for i, (step, value) in enumerate(points):

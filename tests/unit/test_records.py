@@ -14,6 +14,7 @@ from torch.utils.tensorboard import SummaryWriter
 from lit_entropy.analysis.method_study import run_summary
 from lit_entropy.analysis.records import export_records, import_records
 from lit_entropy.analysis.runs import read_scalars
+from tests.helpers import ROOT
 
 
 def _run(folder: Path, lam: float, t0: float = 1_000.0) -> None:
@@ -107,3 +108,28 @@ def test_the_study_script_exports_and_imports_records_without_a_phase(tmp_path: 
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:
         script.main(["--protocol", protocol, "--out", str(tmp_path / "c"), "--import-records", str(tmp_path / "no")])
     assert "no" in err.getvalue()
+
+
+def test_the_shipped_records_give_the_verdicts_docs_results_reports(tmp_path: Path) -> None:
+    """docs/results.md's collapse verdicts are what the labelling code makes of the shipped records: import them,
+    pick, judge, and every row of the page's verdict table (label against the pick and against the control)
+    is a row the code writes."""
+    from lit_entropy.analysis.protocol import evaluation_report, load_protocol, pick
+    from lit_entropy.analysis.records import import_records
+
+    protocol = load_protocol(ROOT / "conf" / "protocol" / "collapse.yaml")
+    import_records(ROOT / "docs" / "data" / "collapse_protocol.json.gz", tmp_path)
+    picks = json.loads(json.dumps(pick(protocol, tmp_path / "tune")))  # as read back from picks.json
+    report = evaluation_report(protocol, picks, tmp_path / "evaluate")
+    blocks = report.split("\n\n")
+    ours = [b for b in blocks if b.startswith("| method | setting | dose | claim")][0].splitlines()[2:]
+    control = [b for b in blocks if b.startswith("| method | claim | Δ vs control")][0].splitlines()[2:]
+    cells = lambda row: [c.strip() for c in row.strip("|").split("|")]  # noqa: E731
+    expected = []
+    for a, b in zip(ours, control, strict=True):
+        x, y = cells(a), cells(b)
+        expected.append([x[0], x[2], x[3].replace(" > baseline", " ↑"), *x[5:8], *y[2:5]])
+    page = (ROOT / "docs" / "results.md").read_text()
+    table = page[page.index("| method | dose | claim | Δ vs GRPO 2.5e-4 |"):].split("\n\n")[0].splitlines()[2:]
+    assert [cells(r) for r in table] == expected
+    assert len(expected) == 36  # ten methods with three claims, SAPO, DPPO-TV, DPPO-KL, Lite PPO one, MaxRL two
