@@ -144,6 +144,9 @@ class Protocol:
             raise ValueError(f"protocol {self.name}: no tuning_seeds")
         if self.baseline not in self.methods:
             raise ValueError(f"protocol {self.name}: baseline {self.baseline!r} is not one of its methods {list(self.methods)}")
+        for c in self.controls:
+            if not isinstance(c, list) or not c or any(not isinstance(o, str) or "=" not in o for o in c):
+                raise ValueError(f"protocol {self.name}: controls entry {c!r} is not a list of key=value overrides")
         ks = set(self.eval["ks"])
         for metric in [*self.criterion, *(c.metric for m in self.methods.values() for c in self.claims_of(m.name))]:
             if metric not in COLUMNS:

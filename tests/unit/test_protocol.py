@@ -100,6 +100,8 @@ def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
     (("name: tiny", "name: tiny\nseeds: [1]"), "unknown protocol keys \\['seeds'\\]"),
     (("clip_cov: {grid", "clip_cov: {grids"), "methods.clip_cov: unknown keys"),
     (("  grpo: {grid: {optim.lr: [1.0e-4, 2.0e-4]}}\n", ""), "baseline 'grpo' is not one of its methods"),
+    (("name: tiny", "name: tiny\ncontrols: [optim.lr=1.0e-4]"), "controls entry 'optim.lr=1.0e-4' is not a list"),
+    (("name: tiny", "name: tiny\ncontrols: [[optim.lr]]"), "is not a list of key=value overrides"),
 ])
 def test_protocol_errors_name_themselves(tmp_path: Path, change: tuple[str, str], match: str) -> None:
     with pytest.raises(ValueError, match=match):
