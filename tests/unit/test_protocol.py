@@ -15,14 +15,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 from lit_entropy.analysis.method_study import run_dir
 from lit_entropy.analysis.protocol import (
-    check_points,
-    dry_run,
     evaluation_report,
     load_protocol,
     pick,
     picked_points,
     tuning_table,
 )
+from lit_entropy.analysis.protocol_preview import check_points, dry_run
 from tests.helpers import CONF, ROOT
 
 COLLAPSE = CONF / "protocol" / "collapse.yaml"

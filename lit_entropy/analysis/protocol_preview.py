@@ -1,0 +1,75 @@
+"""What a protocol phase would run, without running it: ``scripts/study.py --dry-run`` (each cell with its
+Hydra overrides, the count of runs, the time estimate) and ``--check`` (every cell composed and built)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lit_entropy.analysis.protocol import Point, Protocol, evaluation_points
+
+
+def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point] | None, list[int]]:
+    """The points and seeds of a phase; for ``evaluate`` before tuning has picked, ``None`` points."""
+    if phase == "tune":
+        return protocol.tuning_points(), protocol.tuning_seeds
+    f = out / "picks.json"
+    return (evaluation_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.evaluation_seeds
+
+
+def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = ()) -> str:
+    """What a phase would run, without running it: each cell with its Hydra overrides, the seeds, the count of
+    runs and the protocol's estimate of their time on one core."""
+    from lit_entropy.analysis.method_study import train_command
+
+    points, seeds = phase_points(protocol, phase, out)
+    lines = [f"protocol {protocol.name}, phase {phase}: seeds {seeds}"]
+    if points is None:
+        lines.append(f"(no {out / 'picks.json'} yet: evaluate runs each method's pick of its grid)")
+        for m in protocol.methods.values():
+            lines.append(f"  {m.name}: algo={m.algo} callbacks/entropy={m.controller}, one of {len(m.points())} points")
+        for c in protocol.control_points():
+            lines.append(f"  {c.method}: control at {c.setting}")
+        runs = (len(protocol.methods) + len(protocol.controls)) * len(seeds)
+    else:
+        plan = protocol.plan(points, seeds, extra)
+        controls = protocol.control_points() if phase == "evaluate" else []
+        for p in points:
+            cmd = train_command(plan, *p.cell, seeds[0], out / phase, train_script)
+            shown = [a for a in cmd[2:] if not a.startswith(("seed=", "hydra.run.dir="))]
+            method = f"{p.method} (control)" if p in controls else p.method
+            lines.append(f"  {method:<16} {p.setting:<48} {' '.join(shown)}")
+        runs = len(points) * len(seeds)
+        if phase == "tune":
+            once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]
+            if once:
+                lines.append(f"  (one setting, not tuned: {', '.join(once)})")
+    hours = protocol.seconds(runs) / 3600
+    lines.append(f"{runs} runs ({runs // len(seeds)} cells x {len(seeds)} seeds), about {hours:.1f} h on one core "
+                 f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h")
+    return "\n".join(lines)
+
+
+def check_points(protocol: Protocol, points: list[Point], extra: list[str] = (), conf_dir: Path | None = None) -> int:
+    """Compose every point's config with its overrides (an unknown key fails by name) and build its objective and
+    callbacks (a bad value fails as at start-up). Returns the number of points checked."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lit_entropy.analysis.method_study import train_command
+    from lit_entropy.train import instantiate_callbacks
+
+    conf_dir = conf_dir or Path(__file__).resolve().parents[2] / "conf"
+    plan = protocol.plan(points, protocol.tuning_seeds, extra)
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        for p in points:
+            cmd = train_command(plan, *p.cell, protocol.tuning_seeds[0], Path("/tmp/protocol-check"), Path("train.py"))
+            overrides = [*(a for a in cmd[2:] if not a.startswith("hydra.")),  # no Hydra run: no run folder
+                         "paths.output_dir=/tmp/lit-entropy-protocol-check"]
+            try:
+                cfg = compose(config_name="train", overrides=overrides)
+                instantiate(cfg.algo)
+                instantiate_callbacks(cfg.callbacks)
+            except Exception as err:
+                raise ValueError(f"protocol {protocol.name}, point {p.name}: {err}") from err
+    return len(points)
