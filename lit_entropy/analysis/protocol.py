@@ -330,22 +330,22 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     columns = eval_columns(protocol.eval["ks"])
     table, _ = summarise(plan, out, columns, sort_by=next((c for c in reversed(columns) if c.startswith("pass@")),
                                                           "acc_last20"))
-    runs = collect(plan, out, points)
+    runs = collect(plan, out, [*points, *controls])
     by_method = {p.method: runs.get(p.name, {}) for p in points}
     settings = {m: picks["methods"][m]["setting"] for m in by_method}
-    verdicts = judge(by_method, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, protocol.interval,
-                     settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
-    legend = dose_legend([method_of(p.algo, p.controller) for p in points])
+    claims = {m: protocol.claims_of(m) for m in by_method}
+    dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
+
+    def judged(baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule) -> list[Verdict]:
+        return judge({**by_method, protocol.baseline: baseline_runs}, protocol.baseline, claims, rule, settings,
+                     dose_of=dose_of)
+
+    verdicts = judged(by_method[protocol.baseline], protocol.interval)
+    legend = dose_legend(list(dose_of.values()))
     other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
-    check = judge(by_method, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, other,
-                  settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
-    against = []
-    for c in controls:
-        runs_c = collect(plan, out, [c]).get(c.name, {})
-        swapped = {**by_method, protocol.baseline: runs_c}
-        alt = judge(swapped, protocol.baseline, {m: protocol.claims_of(m) for m in by_method}, protocol.interval,
-                    settings, dose_of={p.method: method_of(p.algo, p.controller) for p in points})
-        against.append(control_line(verdicts, alt, protocol.baseline, c))
+    check = judged(by_method[protocol.baseline], other)
+    against = [control_line(verdicts, judged(runs.get(c.name, {}), protocol.interval), protocol.baseline, c)
+               for c in controls]
     return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
                                                                                    protocol.interval),
                                     sensitivity(verdicts, check, other.kind), *against) if x)
