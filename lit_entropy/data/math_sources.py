@@ -1,7 +1,9 @@
 """Prompt sources for math word problems: any JSONL file, and the named sets in a local data folder.
 
 ``JSONLPrompts`` reads a JSONL file once (one JSON object per line), validates every row and serves
-prompts deterministically per (iteration, round), scored by `math_reward` (math-verify).
+prompts deterministically per (iteration, round), scored by its ``answer_rule``: ``math_verify`` (the
+default: `math_reward`) or ``integer`` (the generated arithmetic task's verifier, `arithmetic_reward`:
+the last ``\\boxed{}`` else the last number, compared as an integer; the gold answers must be integers).
 
 ``MathDataset(name)`` knows the field names of the shipped files (``question``/``problem``, answers as
 strings, ints or floats; GSM8K answers end with ``#### <number>``) and normalises answers to strings
@@ -23,15 +25,17 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lit_entropy.data.prompts import Prompt, PromptSource
+from lit_entropy.tasks.arithmetic import MAX_ANSWER_DIGITS, arithmetic_reward
 from lit_entropy.tasks.math_answers import extract_gsm8k, math_reward
 
-__all__ = ["DEFAULT_TEMPLATE", "MATH_DATASETS", "JSONLPrompts", "MathDataset", "default_data_dir"]
+__all__ = ["ANSWER_RULES", "DEFAULT_TEMPLATE", "MATH_DATASETS", "JSONLPrompts", "MathDataset", "default_data_dir"]
 
 DEFAULT_TEMPLATE = "{question}\nPut the final answer in \\boxed{}."
 """Prompt template; ``{question}`` is replaced by the question (no other braces are interpreted)."""
@@ -57,6 +61,52 @@ def default_data_dir() -> Path:
     return Path(env).expanduser() if env else Path.cwd() / "data"
 
 
+_INTEGER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?")
+
+
+def _integer_reference(answer: str) -> int:
+    """A gold answer as an int (``"1,200"``, ``"-7"``, ``"12.0"`` accepted); ValueError if it is not one."""
+    if not _INTEGER.fullmatch(answer):
+        raise ValueError("is not an integer")
+    value = int(answer.replace(",", "").split(".")[0])
+    if len(str(abs(value))) > MAX_ANSWER_DIGITS:
+        raise ValueError(f"has more than {MAX_ANSWER_DIGITS} digits, more than the integer verifier reads")
+    return value
+
+
+class _Rule(NamedTuple):
+    reward_fn: Callable[..., float]
+    """Top-level (picklable) reward."""
+    reference: Callable[[str], Any]
+    """Gold answer text -> the reference the reward compares with; ValueError when it cannot be one."""
+    kwargs: tuple[str, ...] | None
+    """The reward_kwargs it takes (None: any)."""
+
+
+ANSWER_RULES: dict[str, _Rule] = {
+    "math_verify": _Rule(math_reward, str, None),
+    "integer": _Rule(arithmetic_reward, _integer_reference, ("require_boxed",)),
+}
+"""``answer_rule`` -> how a source scores: math-verify on the last box (or ``####``), or the arithmetic
+task's verifier (the last box else the last number, as an integer)."""
+MATH_VERIFY_KWARGS = ("verifier_timeout_s",)
+"""math-verify's own reward_kwargs (the presets set them); a rule that does not take them drops them."""
+
+
+def _rule_kwargs(rule: str, reward_kwargs: dict | None) -> dict:
+    """``reward_kwargs`` for ``rule``: math-verify's own dropped where the rule does not take them, any other
+    kwarg the rule does not take refused (it would fail every reward call)."""
+    kwargs = dict(reward_kwargs or {})
+    takes = ANSWER_RULES[rule].kwargs
+    if takes is None:
+        return kwargs
+    kwargs = {k: v for k, v in kwargs.items() if k not in MATH_VERIFY_KWARGS}
+    unknown = sorted(set(kwargs) - set(takes))
+    if unknown:
+        raise ValueError(f"reward_kwargs {unknown} do not apply to answer_rule {rule!r}; it takes {list(takes)}")
+    return kwargs
+
+
 def _normalize_answer(value: Any, transform: str | None) -> str | None:
     """Answer text or None when the value is unusable. Integral floats lose their ``.0``."""
     if isinstance(value, bool) or value is None:
@@ -77,7 +127,8 @@ def _normalize_answer(value: Any, transform: str | None) -> str | None:
 
 
 class JSONLPrompts(PromptSource):
-    """Questions and gold answers from a JSONL file, scored by math-verify (`math_reward`).
+    """Questions and gold answers from a JSONL file, scored by math-verify (`math_reward`) or, with
+    ``answer_rule="integer"``, by the arithmetic task's verifier (`arithmetic_reward`, int references).
 
     ``sample`` walks through the rows in a seeded order, epoch after epoch (every row once per pass),
     deterministic in (``seed``, ``iteration``, ``n``): iteration ``i`` takes positions ``[i*n, (i+1)*n)``
@@ -94,7 +145,10 @@ class JSONLPrompts(PromptSource):
         seed: int = 1234,
         shuffle: bool = True,
         reward_kwargs: dict | None = None,
+        answer_rule: str = "math_verify",
     ) -> None:
+        if answer_rule not in ANSWER_RULES:
+            raise ValueError(f"answer_rule must be one of {sorted(ANSWER_RULES)}, got {answer_rule!r}")
         if answer_transform not in ANSWER_TRANSFORMS:
             raise ValueError(f"answer_transform must be one of {ANSWER_TRANSFORMS}, got {answer_transform!r}")
         template = NAMED_TEMPLATES.get(template, template)
@@ -107,8 +161,9 @@ class JSONLPrompts(PromptSource):
         self.template = template
         self.seed = seed
         self.shuffle = shuffle
-        self.reward_fn = math_reward
-        self.reward_kwargs = dict(reward_kwargs or {})
+        self.answer_rule = answer_rule
+        self.reward_fn = ANSWER_RULES[answer_rule].reward_fn
+        self.reward_kwargs = _rule_kwargs(answer_rule, reward_kwargs)
         self._rows = self._load()
         if not self._rows:
             raise ValueError(f"{self.origin}: no rows")
@@ -120,7 +175,7 @@ class JSONLPrompts(PromptSource):
         """Where the rows come from (used in error messages)."""
         return str(self.path)
 
-    def _load(self) -> list[tuple[str, str]]:
+    def _load(self) -> list[tuple[str, Any]]:
         if not self.path.is_file():
             raise FileNotFoundError(f"JSONL file not found: {self.path}")
         with self.path.open(encoding="utf-8") as fh:
@@ -135,7 +190,7 @@ class JSONLPrompts(PromptSource):
             except json.JSONDecodeError as err:
                 raise ValueError(f"{self.origin}, line {lineno}: bad JSON ({err.msg})") from None
 
-    def _validate(self, records: Iterable[tuple[int, Any]], where: str = "line") -> list[tuple[str, str]]:
+    def _validate(self, records: Iterable[tuple[int, Any]], where: str = "line") -> list[tuple[str, Any]]:
         rows = []
         for lineno, row in records:
             at = f"{self.origin}, {where} {lineno}"
@@ -151,7 +206,12 @@ class JSONLPrompts(PromptSource):
             if answer is None:
                 why = "has no '#### <answer>' line" if self.answer_transform == "gsm8k" else "is not a usable answer"
                 raise ValueError(f"{at}: field {self.answer_field!r} {why}: {str(row[self.answer_field])[:80]!r}")
-            rows.append((question.strip(), answer))
+            try:
+                reference = ANSWER_RULES[self.answer_rule].reference(answer)
+            except ValueError as err:
+                raise ValueError(f"{at}: field {self.answer_field!r} {err} "
+                                 f"(answer_rule: {self.answer_rule}): {answer[:80]!r}") from None
+            rows.append((question.strip(), reference))
         return rows
 
     # ---- access ----------------------------------------------------------------------------------
@@ -257,6 +317,7 @@ class MathDataset(JSONLPrompts):
         source: str = "local",
         reward_kwargs: dict | None = None,
         hub: dict | None = None,
+        answer_rule: str = "math_verify",
     ) -> None:
         if name not in MATH_DATASETS:
             raise ValueError(f"unknown math dataset {name!r}; choose one of {sorted(MATH_DATASETS)}")
@@ -277,7 +338,7 @@ class MathDataset(JSONLPrompts):
         super().__init__(
             path, question_field=self.spec.question_field, answer_field=self.spec.answer_field,
             answer_transform=self.spec.answer_transform, template=template, seed=seed, shuffle=shuffle,
-            reward_kwargs=reward_kwargs,
+            reward_kwargs=reward_kwargs, answer_rule=answer_rule,
         )
 
     @property
@@ -286,7 +347,7 @@ class MathDataset(JSONLPrompts):
             return f"hf://{self.spec.hf_path}[{self.spec.hf_split}]"
         return str(self.path)
 
-    def _load(self) -> list[tuple[str, str]]:
+    def _load(self) -> list[tuple[str, Any]]:
         if self.source == "local":
             return super()._load()
         try:

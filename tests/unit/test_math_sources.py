@@ -184,3 +184,72 @@ def test_unshuffled_follows_file_order_and_refills_are_distinct(numbered):
     refill = refs(src.sample(10, 0, round=1))
     assert len(set(refill)) == 10
     assert len(src.sample(50, 0, round=2)) == 50 and src.sample(0, 4) == []
+
+
+# ---------------------------------------------------------------------------------------- answer rules
+
+
+def test_integer_rule_scores_bare_numbers_that_math_verify_does_not(tmp_path):
+    from lit_entropy.tasks.arithmetic import arithmetic_reward
+
+    path = write_jsonl(tmp_path / "d.jsonl", [{"question": "6*7?", "answer": "42"}, {"question": "b", "answer": 27.0}])
+    src = JSONLPrompts(path, shuffle=False, answer_rule="integer", reward_kwargs={"verifier_timeout_s": 5})
+    assert src.reward_fn is arithmetic_reward and src.reward_kwargs == {}  # math-verify's kwarg dropped
+    assert [p.reference for p in src.all_prompts()] == [42, 27]
+    assert all(type(p.reference) is int for p in src.all_prompts())
+    ref = src.all_prompts()[0].reference
+    for completion in ("The answer is 42.", "\\boxed{42}", "42"):
+        assert src.reward_fn("6*7?", completion, ref, **src.reward_kwargs) == 1.0, completion
+    assert src.reward_fn("6*7?", "41", ref, **src.reward_kwargs) == 0.0
+    mv = JSONLPrompts(path, shuffle=False)  # the default: math-verify, which needs a box or "####"
+    assert mv.answer_rule == "math_verify" and mv.reward_fn is math_reward
+    assert mv.reward_fn("6*7?", "42", mv.all_prompts()[0].reference, **mv.reward_kwargs) == 0.0
+    assert mv.reward_fn("6*7?", "\\boxed{42}", mv.all_prompts()[0].reference, **mv.reward_kwargs) == 1.0
+    pickle.dumps((src.reward_fn, src.reward_kwargs))
+    boxed_only = JSONLPrompts(path, answer_rule="integer", reward_kwargs={"require_boxed": True})
+    assert boxed_only.reward_kwargs == {"require_boxed": True}
+    assert boxed_only.reward_fn("q", "42", 42, **boxed_only.reward_kwargs) == 0.0
+
+
+def test_integer_rule_with_gsm8k_answers(tmp_path):
+    path = write_jsonl(tmp_path / "g.jsonl", [{"question": "a", "answer": "work\n#### 1,200"},
+                                              {"question": "b", "answer": "x\n#### -7"}])
+    src = JSONLPrompts(path, answer_transform="gsm8k", answer_rule="integer", shuffle=False)
+    assert [p.reference for p in src.all_prompts()] == [1200, -7]
+    assert src.reward_fn("a", "so 1,200 in all", 1200) == 1.0
+
+
+@pytest.mark.parametrize("answer", ["3.5", "x = 3", "\\frac{1}{2}", 2.5, "1" * 19])
+def test_a_non_integer_gold_answer_under_the_integer_rule_names_file_line_and_value(tmp_path, answer):
+    path = write_jsonl(tmp_path / "ints.jsonl", [{"question": "a", "answer": 1}, {"question": "b", "answer": answer}])
+    with pytest.raises(ValueError, match="answer_rule: integer") as info:
+        JSONLPrompts(path, answer_rule="integer")
+    assert f"{path}, line 2:" in str(info.value) and repr(str(answer)) in str(info.value)
+    assert len(JSONLPrompts(path)) == 2  # math-verify takes it
+
+
+def test_unknown_rule_and_foreign_kwargs_are_refused(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"question": "a", "answer": 1}])
+    with pytest.raises(ValueError, match=r"answer_rule must be one of \['integer', 'math_verify'\], got 'exact'"):
+        JSONLPrompts(path, answer_rule="exact")
+    with pytest.raises(ValueError, match=r"\['use_all'\] do not apply to answer_rule 'integer'.*require_boxed"):
+        JSONLPrompts(path, answer_rule="integer", reward_kwargs={"use_all": True})
+    with pytest.raises(ValueError, match="answer_rule"):
+        MathDataset("aime2025", data_dir=write_jsonl(tmp_path / "aime2025_test.jsonl", [{"problem": "p", "answer": 1}]).parent,
+                    answer_rule="exact")
+    assert MathDataset("aime2025", data_dir=tmp_path, answer_rule="integer").all_prompts()[0].reference == 1
+
+
+def test_data_jsonl_with_the_integer_rule_composes_and_instantiates(tmp_path):
+    from hydra.utils import instantiate
+
+    from lit_entropy.tasks.arithmetic import arithmetic_reward
+    from tests.helpers import compose_train
+
+    path = write_jsonl(tmp_path / "q.jsonl", [{"question": "what is 2+3", "answer": "5"}])
+    cfg = compose_train(["data=jsonl", f"data.prompts.path={path}", "data.prompts.answer_rule=integer",
+                         f"paths.output_dir={tmp_path / 'out'}"])
+    src = instantiate(cfg.data.prompts)
+    assert src.reward_fn is arithmetic_reward and src.reward_kwargs == {}  # the preset's verifier_timeout_s dropped
+    assert src.sample(1, iteration=0)[0].reference == 5
+    assert compose_train(["data=jsonl", f"data.prompts.path={path}"]).data.prompts.answer_rule == "math_verify"
