@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import lightning.pytorch as pl
 
-from lit_entropy.evaluation import HELD_OUT_ITERATION, evaluate
+from lit_entropy.evaluation import HELD_OUT_ITERATION, evaluate, evaluate_splits
 from lit_entropy.models import PolicyBundle
 
 
@@ -32,6 +32,7 @@ class PeriodicEvalCallback(pl.Callback):
         max_new_tokens: int | None = None,
         seed: int = 0,
         at_start: bool = False,
+        greedy: bool = True,
     ) -> None:
         if every_n_iterations < 1 or num_problems < 1 or n < 1:
             raise ValueError("callbacks.eval: every_n_iterations, num_problems and n must be >= 1")
@@ -46,6 +47,7 @@ class PeriodicEvalCallback(pl.Callback):
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.at_start = bool(at_start)
+        self.greedy = bool(greedy)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """With ``at_start``: the policy before any update (not again when a run resumes)."""
@@ -64,10 +66,18 @@ class PeriodicEvalCallback(pl.Callback):
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
         dm = trainer.datamodule
-        prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
         bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
         changes = {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
                    if v is not None}  # the rest (top_p, stop strings, the reward runner) as in training
-        result = evaluate(bundle, prompts, dm.sampler.with_sampling(**changes), n=self.n, ks=self.ks, seed=self.seed,
-                          encode=lambda text: dm.encode_prompt(pl_module.tokenizer, text))
+        sampler = dm.sampler.with_sampling(**changes)
+
+        def encode(text: str) -> list[int]:
+            return dm.encode_prompt(pl_module.tokenizer, text)
+
+        if hasattr(dm.prompts, "eval_splits"):
+            result = evaluate_splits(bundle, dm.prompts, sampler, self.num_problems, n=self.n, ks=self.ks,
+                                     seed=self.seed, greedy=self.greedy, encode=encode)
+        else:
+            prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
+            result = evaluate(bundle, prompts, sampler, n=self.n, ks=self.ks, seed=self.seed, encode=encode)
         return {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}

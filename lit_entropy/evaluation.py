@@ -1,8 +1,17 @@
-"""Sampled evaluation: n answers per problem, scored in isolation, reported as accuracy, mean@k, pass@k.
+"""Evaluation: n answers per problem, scored in isolation, reported as accuracy, mean@k, pass@k.
 
 `evaluate` is what ``scripts/evaluate.py`` and the periodic in-training evaluation run: any policy bundle,
 prompt list and :class:`~lit_entropy.rollout.sampler.Sampler` (HF ``generate`` or vLLM). Metric names:
-``eval/accuracy``, ``eval/mean@k``, ``eval/pass@k`` (the unbiased estimator).
+``eval/accuracy``, ``eval/mean@k``, ``eval/pass@k`` (the unbiased estimator), ``eval/length`` (mean completion
+tokens) and, when the task can tell them, ``eval/format`` and ``eval/first_number``.
+
+`evaluate_splits` is the evaluation of a task with named splits (generated arithmetic: ``held_out``, disjoint
+from training by construction, and ``transfer``): per split a greedy pass (one argmax completion per problem)
+and a sampled one at the run's temperature, logged as ``eval/<split>/greedy/<metric>`` and
+``eval/<split>/sampled/<metric>``. Greedy and sampled scores are kept apart because sharpening alone (a
+lower entropy) raises sampled pass@1 without the greedy answer changing; ``format`` (the completion is the
+answer alone) and ``first_number`` (a lenient reading: the first number is right) tell "learned to stop"
+from "learned to add".
 """
 
 from __future__ import annotations
@@ -21,16 +30,19 @@ from lit_entropy.rollout.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HELD_OUT_ITERATION", "evaluate", "held_out_prompts"]
+__all__ = ["HELD_OUT_ITERATION", "evaluate", "evaluate_splits", "eval_prompts"]
 
 HELD_OUT_ITERATION = 10**6
-"""The prompt-stream key of evaluation problems from a generated stream (training uses iterations
-0 … max_epochs − 1), so Countdown evaluation problems are never seen in training."""
+"""The prompt-stream key of evaluation problems from a generated stream without splits (training uses iterations
+0 … max_epochs − 1). A key training never uses is not a disjoint set: for Countdown a training batch could hold
+the same problem by chance (a large space, but nothing excludes it). Sources with ``eval_splits`` (generated
+arithmetic) give problems that are disjoint by construction instead."""
 
 
-def held_out_prompts(source: Any, limit: int | None, default: int = 128) -> list[Prompt]:
-    """Evaluation problems of a prompt source: a finite dataset's first ``limit`` (all by default), or
-    ``limit`` (default ``default``) problems of a generated stream's held-out iteration."""
+def eval_prompts(source: Any, limit: int | None, default: int = 128) -> list[Prompt]:
+    """Evaluation problems of a prompt source without splits: a finite dataset's first ``limit`` (all by
+    default), or ``limit`` (default ``default``) problems of a generated stream under an iteration key that
+    training never uses (:data:`HELD_OUT_ITERATION`; not checked against training's problems)."""
     if hasattr(source, "all_prompts"):
         return source.all_prompts()[:limit]
     return source.sample(limit or default, iteration=HELD_OUT_ITERATION)
@@ -47,6 +59,7 @@ def evaluate(
     prompts_per_chunk: int = 64,
     keep_completions: int = 1,
     encode: Callable[[str], list[int]] | None = None,
+    answer_stats: Callable[[str, Any], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Sample ``n`` completions per prompt with a started ``sampler``, score them, and return the metrics.
 
@@ -62,7 +75,8 @@ def evaluate(
     Returns ``eval/accuracy``, ``eval/mean@k`` and ``eval/pass@k`` for each k, ``num_problems``,
     ``num_samples``, ``reward_failures``, ``time/generate``, ``time/score``, and ``per_problem``: for
     each prompt its text, reference, ``num_samples``, ``num_correct`` and its first
-    ``keep_completions`` completions.
+    ``keep_completions`` completions. ``answer_stats(completion, reference)`` (a task's, e.g. the arithmetic
+    prompt source's) adds the mean of each statistic it returns over all samples as ``eval/<name>``.
     """
     ks = sorted({int(k) for k in ks})
     if n < 1:
@@ -75,7 +89,8 @@ def evaluate(
     threshold = sampler.reward.correct_threshold
     counts: list[tuple[int, int]] = []
     kept: list[list[str]] = []
-    truncated = 0
+    truncated = tokens = 0
+    stat_sums: dict[str, float] = {}
     t_gen = t_score = 0.0
     failures_before = sampler.reward_failures
     sampler.sync(policy.model)
@@ -87,6 +102,11 @@ def evaluate(
         t_gen += out.time_generate
         t_score += out.time_score
         truncated += sum(g.truncated for per in out.generations for g in per)
+        tokens += sum(len(g.token_ids) for per in out.generations for g in per)
+        if answer_stats is not None:
+            for i, text in enumerate(out.texts):
+                for name, value in answer_stats(text, chunk[i // n].reference).items():
+                    stat_sums[name] = stat_sums.get(name, 0.0) + float(value)
         for i in range(len(chunk)):
             row = out.rewards[i * n : (i + 1) * n]
             counts.append((n, sum(r >= threshold for r in row)))
@@ -105,6 +125,9 @@ def evaluate(
         pass_k.update(num_samples, num_correct)
         out[f"eval/mean@{k}"] = float(mean_k.compute())
         out[f"eval/pass@{k}"] = float(pass_k.compute())
+    total = max(1, int(num_samples.sum()))
+    out["eval/length"] = tokens / total
+    out.update({f"eval/{name}": value / total for name, value in stat_sums.items()})
     out.update({
         "num_problems": len(counts),
         "num_samples": int(num_samples.sum()),
@@ -127,3 +150,37 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return repr(value)
+
+
+def evaluate_splits(
+    policy: PolicyBundle,
+    source: Any,
+    sampler: Sampler,
+    num_problems: int,
+    n: int = 8,
+    ks: Sequence[int] = (1,),
+    seed: int = 0,
+    *,
+    greedy: bool = True,
+    prompts_per_chunk: int = 64,
+    encode: Callable[[str], list[int]] | None = None,
+) -> dict[str, Any]:
+    """Evaluate on every split of ``source.eval_splits(num_problems, seed)``: greedy (with ``greedy``) and sampled.
+
+    ``seed`` picks the problems and the sampling seeds; it is the evaluation's own, so runs of different seeds
+    are evaluated on the same problems. Returns the flat metrics ``eval/<split>/greedy/<m>`` and
+    ``eval/<split>/sampled/<m>`` and, under ``splits``, each split's full :func:`evaluate` results.
+    """
+    stats = getattr(source, "answer_stats", None)
+    out: dict[str, Any] = {"splits": {}}
+    for split, prompts in source.eval_splits(num_problems, seed=seed).items():
+        runs = {"sampled": evaluate(policy, prompts, sampler, n=n, ks=ks, seed=seed, encode=encode,
+                                    prompts_per_chunk=prompts_per_chunk, answer_stats=stats)}
+        if greedy:
+            runs["greedy"] = evaluate(policy, prompts, sampler.with_sampling(greedy=True), n=1, ks=(1,), seed=seed,
+                                      encode=encode, prompts_per_chunk=prompts_per_chunk, answer_stats=stats)
+        for mode, result in runs.items():
+            out.update({f"eval/{split}/{mode}/{key[5:]}": value for key, value in result.items()
+                        if key.startswith("eval/") and not (mode == "greedy" and key in ("eval/accuracy", "eval/mean@1"))})
+        out["splits"][split] = runs
+    return out

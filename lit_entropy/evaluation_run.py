@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.config_keys import upgrade_overrides
 from lit_entropy.config_path import config_dir
-from lit_entropy.evaluation import evaluate, held_out_prompts
+from lit_entropy.evaluation import eval_prompts, evaluate, evaluate_splits
 from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
 from lit_entropy.train import build_sampler
 
@@ -96,6 +96,8 @@ def format_table(result: dict, header: str) -> str:
     rows = [("eval/accuracy", result["eval/accuracy"])]
     for k in result["ks"]:
         rows += [(f"eval/mean@{k}", result[f"eval/mean@{k}"]), (f"eval/pass@{k}", result[f"eval/pass@{k}"])]
+    rows += [(key, value) for key, value in result.items()
+             if key in ("eval/length", "eval/format", "eval/first_number")]
     width = max(len(name) for name, _ in rows)
     lines = [header, f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
     lines += [f"{name:<{width}}  {value:.4f}" for name, value in rows]
@@ -106,7 +108,7 @@ def format_table(result: dict, header: str) -> str:
 
 
 def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
-    """Evaluate the composed config's policy; print the table, write ``eval.out``; return the result."""
+    """Evaluate the composed config's policy; print the table(s), write ``eval.out``; return the result."""
     ev = cfg.eval
     ks = sorted({int(k) for k in (ev.k if OmegaConf.is_list(ev.k) else [ev.k])})
     if not ks or ks[0] < 1 or ks[-1] > ev.n:
@@ -116,28 +118,46 @@ def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
     t0 = time.perf_counter()
     sampler = build_sampler(cfg)
     dm = instantiate(cfg.data, _partial_=True)(sampler=sampler)  # the prompt source and its formatting
-    prompts = held_out_prompts(dm.prompts, ev.limit)
+    splits = hasattr(dm.prompts, "eval_splits")
+    prompts = [] if splits else eval_prompts(dm.prompts, ev.limit)
     with tempfile.TemporaryDirectory(prefix="lit-entropy-eval-") as scratch:
         bundle, policy_desc = build_policy(cfg, model_overridden, Path(scratch))
         if "HFEngine" in str(cfg.rollout.engine.get("_target_", "")):
             device = "cuda" if ev.device == "auto" and torch.cuda.is_available() else ev.device
             bundle.model.to("cpu" if device == "auto" else device)
         sampler.start(bundle, dm.prompts.reward_fn, dm.prompts.reward_kwargs)
+
+        def encode(text: str) -> list[int]:
+            return dm.encode_prompt(bundle.tokenizer, text)
+
         try:
-            result = evaluate(bundle, prompts, sampler, n=int(ev.n), ks=ks, seed=int(cfg.seed),
-                              prompts_per_chunk=int(ev.prompts_per_chunk),
-                              encode=lambda text: dm.encode_prompt(bundle.tokenizer, text))
+            if splits:
+                result = evaluate_splits(bundle, dm.prompts, sampler, int(ev.limit or 128), n=int(ev.n), ks=ks,
+                                         seed=int(cfg.seed), greedy=bool(ev.greedy),
+                                         prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode)
+            else:
+                result = evaluate(bundle, prompts, sampler, n=int(ev.n), ks=ks, seed=int(cfg.seed),
+                                  prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode)
         finally:
             sampler.close()
     engine = str(cfg.rollout.engine._target_).rsplit(".", 1)[-1]
-    data_desc = f"{type(dm.prompts).__name__} ({len(prompts)} problems)"
+    count = {name: len(runs["sampled"]["per_problem"]) for name, runs in result["splits"].items()} if splits \
+        else len(prompts)
+    data_desc = f"{type(dm.prompts).__name__} ({count} problems)"
     result["config"] = {"policy": policy_desc, "data": data_desc, "engine": engine, "n": int(ev.n), "ks": ks,
                         "sampling": OmegaConf.to_container(cfg.rollout, resolve=True), "seed": int(cfg.seed),
                         "ckpt": cfg.ckpt_path}
     result["time/total"] = time.perf_counter() - t0
     s = sampler.sampling
     header = f"policy: {policy_desc}\ndata: {data_desc}\nengine={engine} n={ev.n} T={s.temperature} top_p={s.top_p}"
-    print(format_table(result, header))
+    if splits:
+        print(header)
+        for name, runs in result["splits"].items():
+            for mode, part in runs.items():
+                print(format_table(part, f"\n[{name}, {mode}]" + (" (T=0, one completion per problem)"
+                                                                  if mode == "greedy" else "")))
+    else:
+        print(format_table(result, header))
     if ev.out:
         out = Path(ev.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -135,6 +135,9 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     if correction is not None:
         check_with_algo(correction, algo)
     sampler = build_sampler(cfg, engine)
+    if sampler.sampling.greedy:
+        raise ValueError("rollout.greedy=true: training needs sampled completions (a group of greedy ones is one "
+                         "completion n times); greedy decoding is for evaluation (callbacks.eval, scripts/evaluate.py)")
     advice = staleness_advice(sampler.sampling.max_staleness, correction)
     if advice:
         log.warning(advice)

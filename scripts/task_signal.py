@@ -35,6 +35,8 @@ from lit_entropy.tasks import arithmetic  # noqa: E402
 MATH_SYSTEM = ("You are a careful math assistant. Think step by step briefly, then give the final answer "
                "as \\boxed{N}.")
 SHORT_SYSTEM = "You are a helpful assistant. Answer the question with the final number only."
+PLAIN_SYSTEM = "You are a helpful assistant."
+WORK_SYSTEM = "You are a helpful assistant. Work it out briefly, then end with the final number."
 
 
 def _arith(cfg: dict, answer_format: str, system: str | None) -> dict:
@@ -89,6 +91,25 @@ def candidates(data_dir: Path) -> dict[str, dict]:
         "arith_mul12_boxed_sys": _arith({"max_operand": 12, "ops": "*"}, "boxed", MATH_SYSTEM),
         "word_addsub20_boxed_sys": _arith({"max_operand": 20, "ops": "+-", "style": "word"}, "boxed", MATH_SYSTEM),
     }
+    # The multi-step family (issue: a space too large to memorise): several wordings, 2-4 operands, up to 99.
+    varied = {"ops": "+-", "phrasing": "varied", "held_out_fraction": 0.1}
+    mixed = {**varied, "style": "expression,story,steps"}
+    out.update({
+        "multi24_25_mixed": _arith({**mixed, "num_operands": [2, 4], "max_operand": 25}, "number", SHORT_SYSTEM),
+        "multi24_30_mixed": _arith({**mixed, "num_operands": [2, 4], "max_operand": 30}, "number", SHORT_SYSTEM),
+        "multi34_30_mixed": _arith({**mixed, "num_operands": [3, 4], "max_operand": 30}, "number", SHORT_SYSTEM),
+        "multi24_30_mixed_work": _arith({**mixed, "num_operands": [2, 4], "max_operand": 30}, "none", WORK_SYSTEM),
+        "multi23_60_expr": _arith({**varied, "num_operands": [2, 3], "max_operand": 60}, "number", SHORT_SYSTEM),
+        "multi3_99_expr": _arith({**varied, "num_operands": 3, "min_operand": 10, "max_operand": 99}, "number", SHORT_SYSTEM),
+        "multi3_99_mixed": _arith({**mixed, "num_operands": 3, "min_operand": 10, "max_operand": 99}, "number", SHORT_SYSTEM),
+        "multi23_99_mixed": _arith({**mixed, "num_operands": [2, 3], "min_operand": 10, "max_operand": 99}, "number",
+                                   SHORT_SYSTEM),
+        "multi3_50_mixed": _arith({**mixed, "num_operands": 3, "max_operand": 50}, "number", SHORT_SYSTEM),
+        "multi23_60_mixed": _arith({**mixed, "num_operands": [2, 3], "max_operand": 60}, "number", SHORT_SYSTEM),
+        "multi34_50_mixed": _arith({**mixed, "num_operands": [3, 4], "max_operand": 50}, "number", SHORT_SYSTEM),
+        "multi23_99_mixed_fmt": _arith({**mixed, "num_operands": [2, 3], "min_operand": 10, "max_operand": 99}, "mixed",
+                                       PLAIN_SYSTEM),
+    })
     if gsm:
         out["gsm8k_boxed"] = _dataset(gsm, boxed, None, math_reward)
         out["gsm8k_boxed_sys"] = _dataset(gsm, boxed, MATH_SYSTEM, math_reward)
@@ -142,7 +163,15 @@ def measure(name: str, cand: dict, engine, tok, args) -> dict:
         for key, c in hits.items():
             also[key].append((c / len(group), pass_at_k(len(group), c, args.samples)))
     tokens = sum(lengths)
-    row = {"candidate": name, "prompts": len(prompts), "samples": args.samples,
+    greedy = {}
+    if args.greedy:  # one argmax completion per prompt, scored by the same verifier
+        gen1 = engine.generate(ids, n=1, sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True),
+                               seed=args.seed)
+        texts = [tok.decode(g[0].token_ids) for g in gen1]
+        greedy = {"greedy_pass@1": round(sum(cand["reward"](p.text, t, p.reference) > 0
+                                             for p, t in zip(prompts, texts, strict=True)) / len(prompts), 4),
+                  "greedy_tokens": round(sum(len(g[0].token_ids) for g in gen1) / len(gen1), 1)}
+    row = {**greedy, "candidate": name, "prompts": len(prompts), "samples": args.samples,
            "pass@1": round(sum(p1) / len(p1), 4), f"pass@{args.samples}": round(sum(pk) / len(pk), 4),
            "mean_tokens": round(tokens / len(lengths), 1), "cut_frac": round(cut / len(lengths), 4),
            "eos_frac": round(ended / len(lengths), 4), "gen_seconds": round(seconds, 1),
@@ -161,13 +190,14 @@ def table(rows: list[dict], meta: dict) -> str:
     lines = [f"Model: {meta['model']} ({meta['weights']}), engine {meta['engine']} {meta['dtype']}, chat template on, "
              f"temperature {meta['temperature']}, {meta['samples']} samples per prompt, max {meta['max_new_tokens']} "
              f"new tokens, seed {meta['seed']}; {meta['date']}, commit {meta['commit']}.", "",
-             f"| candidate | prompts | pass@1 | pass@{k} | mean tokens | cut at max | gen s (tok/s) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"| candidate | prompts | greedy pass@1 | pass@1 | pass@{k} | mean tokens | cut at max | gen s (tok/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| `{r['candidate']}` | {r['prompts']} | {r['pass@1']:.3f} | {r[f'pass@{k}']:.3f} | "
+        g = f"{r['greedy_pass@1']:.3f}" if "greedy_pass@1" in r else "—"
+        lines.append(f"| `{r['candidate']}` | {r['prompts']} | {g} | {r['pass@1']:.3f} | {r[f'pass@{k}']:.3f} | "
                      f"{r['mean_tokens']:.0f} | {r['cut_frac']:.2f} | {r['gen_seconds']:.0f} ({r['tokens_per_s']:.0f}) |")
         for key, also in ((k_[5:], v) for k_, v in r.items() if k_.startswith("also_")):
-            lines.append(f"| `{r['candidate']}` scored on `{key}` | {r['prompts']} | {also['pass@1']:.3f} | "
+            lines.append(f"| `{r['candidate']}` scored on `{key}` | {r['prompts']} | — | {also['pass@1']:.3f} | "
                          f"{also[f'pass@{k}']:.3f} | (same samples) | | |")
     return "\n".join(lines) + "\n"
 
@@ -187,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=16, help="hf engine: prompts per generate call")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--greedy", action="store_true", help="also one greedy (T=0) completion per prompt")
     ap.add_argument("--out", default="logs/task_signal")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

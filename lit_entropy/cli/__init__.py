@@ -1,6 +1,8 @@
-"""Command-line entry points: ``lit-entropy-train``, ``lit-entropy-eval`` and ``lit-entropy-compare``.
+"""Command-line entry points: ``lit-entropy-train``, ``lit-entropy-eval``, ``lit-entropy-compare`` and
+``lit-entropy-export``.
 
-The same functions back ``scripts/train.py``, ``scripts/evaluate.py`` and ``scripts/compare.py``, so an
+The same functions back ``scripts/train.py``, ``scripts/evaluate.py``, ``scripts/compare.py`` and
+``scripts/export.py``, so an
 installed package and a checkout take the same arguments. Runs write under the current folder
 (``paths.root_dir`` defaults to it), wherever the package is installed.
 """

@@ -48,7 +48,11 @@ class CountdownPrompts(PromptSource):
 
 class ArithmeticPrompts(PromptSource):
     """Generated arithmetic (:mod:`lit_entropy.tasks.arithmetic`): an endless, seeded stream of sums and
-    differences for small instruct models; the reference is the integer answer."""
+    differences for small instruct models; the reference is the integer answer.
+
+    ``sample`` draws training problems only (never one of the held-out side, when the task has a split);
+    ``eval_splits`` gives the evaluation problems: ``held_out`` (the other side of the split, when there is
+    one) and ``transfer`` (more operands than training uses), drawn under a fixed seed of their own."""
 
     def __init__(self, task: Any = None, seed: int = 1234, answer_format: str = "boxed", require_boxed: bool = False):
         from lit_entropy.tasks.arithmetic import ANSWER_FORMATS, ArithmeticConfig, arithmetic_reward
@@ -62,9 +66,26 @@ class ArithmeticPrompts(PromptSource):
         self.reward_kwargs = {"require_boxed": bool(require_boxed)}
 
     def sample(self, n: int, iteration: int, round: int = 0) -> list[Prompt]:
+        key = f"{self.seed}:{iteration}" if round == 0 else f"{self.seed}:{iteration}:{round}"
+        return self.problems(n, random.Random(key).randrange(2**31), "train")
+
+    def problems(self, n: int, seed: int, split: str) -> list[Prompt]:
+        """``n`` prompts of ``split`` (``train``, ``held_out``, ``transfer``) under ``seed``."""
         from lit_entropy.tasks.arithmetic import format_prompt, generate_problems
 
-        key = f"{self.seed}:{iteration}" if round == 0 else f"{self.seed}:{iteration}:{round}"
-        seed = random.Random(key).randrange(2**31)
         return [Prompt(format_prompt(p, self.answer_format), reference=p.answer)
-                for p in generate_problems(n, seed=seed, config=self.task)]
+                for p in generate_problems(n, seed=seed, config=self.task, split=split)]
+
+    def eval_splits(self, n: int, seed: int = 0) -> dict[str, list[Prompt]]:
+        """``n`` evaluation problems per split: ``held_out`` (only when the task holds a share out: disjoint from
+        every training problem by construction) and ``transfer``. ``seed`` is the evaluation's own, not the run's:
+        every seed of a study is evaluated on the same problems."""
+        splits = ("held_out", "transfer") if self.task.held_out_fraction > 0 else ("transfer",)
+        return {split: self.problems(n, seed, split) for split in splits}
+
+    @staticmethod
+    def answer_stats(completion: str, reference: Any) -> dict[str, float]:
+        """Format and lenient skill of one completion (:func:`lit_entropy.tasks.arithmetic.answer_stats`)."""
+        from lit_entropy.tasks.arithmetic import answer_stats
+
+        return answer_stats(completion, reference)

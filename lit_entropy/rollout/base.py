@@ -40,6 +40,10 @@ class SamplingConfig:
     engine_cores: Sequence[int] | None = None
     """With ``max_staleness`` >= 1 on CPU: the cores the generating thread is pinned to (the trainer's
     thread gets the others); None = no pinning."""
+    greedy: bool = False
+    """Evaluation only: the most likely token at every step (temperature 0); ``temperature``, ``top_p`` and
+    ``top_k`` are ignored and the reported log-probs are the model's at temperature 1. Training refuses it
+    (every completion of a group would be the same)."""
 
     def __post_init__(self) -> None:
         self.stop = tuple(str(s) for s in (self.stop or ()))
@@ -66,6 +70,8 @@ class SamplingConfig:
             raise ValueError(f"rollout.max_new_tokens={self.max_new_tokens} must be >= 1")
         if any(not s for s in self.stop):
             raise ValueError("rollout.stop: empty stop strings")
+        if not isinstance(self.greedy, bool):
+            raise ValueError(f"greedy={self.greedy!r} must be a bool")
 
     @property
     def engine_temperature(self) -> float:

@@ -102,6 +102,8 @@ class HFEngine(RolloutEngine):
         # generate() appends its own warpers AFTER a caller's processors, so the warpers are ours here (the same
         # classes in generate's order) and the stats come last: they see the distribution tokens are drawn from.
         t, k, p = sampling.engine_temperature, sampling.top_k or 0, sampling.top_p
+        if sampling.greedy:  # argmax of the raw logits; the stats report the model's temperature-1 log-probs
+            t, k, p = 1.0, 0, 1.0
         stats = SampledStats(with_kept=p < 1 or bool(k))
         warpers = ([TemperatureLogitsWarper(t)] if t != 1.0 else []) + ([TopKLogitsWarper(k)] if k else []) \
             + ([TopPLogitsWarper(p)] if p < 1.0 else [])
@@ -110,7 +112,7 @@ class HFEngine(RolloutEngine):
             out = model.generate(
                 input_ids=ids,
                 attention_mask=attn,
-                do_sample=True,
+                do_sample=not sampling.greedy,
                 temperature=1.0,
                 top_p=1.0,
                 top_k=0,

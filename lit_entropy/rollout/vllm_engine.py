@@ -16,6 +16,7 @@ rank at once). Closing the engine never tears down a process group it did not cr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -158,12 +159,13 @@ class VLLMEngine(RolloutEngine):
             raise RuntimeError("the vLLM engine's last weight sync failed; it refuses to sample stale weights")
         # One seed per prompt, by global prompt index (so W ranks sample what one rank samples); vLLM
         # gives the i-th of the n children seed + i, so space them by n.
+        copies, n = (n, 1) if sampling.greedy else (1, n)  # vLLM takes n = 1 only for greedy: copy the one
         params = [
             SamplingParams(
                 n=n,
-                temperature=sampling.engine_temperature,
-                top_p=sampling.top_p,
-                **({"top_k": sampling.top_k} if sampling.top_k else {}),
+                temperature=0.0 if sampling.greedy else sampling.engine_temperature,
+                top_p=1.0 if sampling.greedy else sampling.top_p,
+                **({"top_k": sampling.top_k} if sampling.top_k and not sampling.greedy else {}),
                 max_tokens=sampling.max_new_tokens,
                 logprobs=0,
                 stop_token_ids=[self.eos_id],
@@ -182,7 +184,7 @@ class VLLMEngine(RolloutEngine):
                 ids = list(c.token_ids)
                 lps = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(ids)] if ids else []
                 gens.append(Generation(token_ids=ids, logprobs=lps, truncated=c.finish_reason == "length"))
-            result.append(gens)
+            result.append([dataclasses.replace(g) for g in gens for _ in range(copies)])
         return result
 
     @torch.no_grad()

@@ -1,11 +1,16 @@
-"""Generated arithmetic: seeded sums and differences, as bare expressions or short word problems.
+"""Generated arithmetic: seeded sums and differences, as expressions, stories and spoken steps, with a
+held-out split by rule and a transfer split.
 
 The task for small instruct models (SmolLM2-135M-Instruct has signal on it where GSM8K and MATH give
 none; docs/results.md, "A real LM"). Each problem is a chain of ``num_operands`` integers drawn from
 ``[min_operand, max_operand]`` joined by operators from ``ops``; the answer is its exact integer value
 (left to right, ``*`` before ``+``/``-``). Difficulty knobs: the number of operands, the operand range, the
-operators and whether negative results are allowed; ``style=word`` wraps two-operand problems in a
-one-sentence story.
+operators and whether negative results are allowed; ``style`` words it (:mod:`lit_entropy.tasks.arithmetic_text`).
+
+**Splits.** A problem's side is a hash of its canonical form (the sorted terms added and subtracted), so
+``a + b`` and ``b + a``, or a story and its expression, share a side. ``held_out_fraction`` of the space is held
+out: the training stream rejects those problems as it draws them, so it can never emit one, and the held-out
+stream draws only them. The ``transfer`` split has more operands than training ever uses.
 
 The verifier never evaluates the completion: it takes the last ``\\boxed{...}`` if there is one, else the
 last number in the text, parses it as an integer by hand (``1,234``, ``-7``, ``12.0`` accepted) and compares
@@ -14,32 +19,27 @@ it with the reference. Inputs are length-bounded, so a hostile completion costs 
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lit_entropy.rewards.runner import trusted_reward
+from lit_entropy.tasks.arithmetic_text import PHRASINGS, STYLES, phrase
 
 OPS = ("+", "-", "*")
-STYLES = ("expression", "word")
+SPLITS = ("train", "held_out", "transfer")
 MAX_COMPLETION_CHARS = 20_000
 """Completions are cut to their last this-many characters before parsing (the answer sits at the end)."""
 MAX_ANSWER_DIGITS = 18
+SPLIT_SALT = "lit-entropy-arithmetic-split-v1"
+"""Part of the split's hash: fixed, so every run and every seed puts a problem on the same side."""
 
 _BOXED = re.compile(r"\\boxed\s*\{")
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\w|,\d|\.\d)")
 _BOXED_NUMBER = re.compile(r"\s*\$?\s*(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*\$?\s*\.?\s*")
-
-_WORDS = {
-    "+": ["{name} has {a} {thing}s and gets {b} more. How many {thing}s does {name} have now?",
-          "There are {a} {thing}s in a box and {b} more are put in. How many {thing}s are in the box?"],
-    "-": ["{name} has {a} {thing}s and gives away {b}. How many {thing}s does {name} have left?",
-          "There are {a} {thing}s in a box and {b} are taken out. How many {thing}s are left in the box?"],
-    "*": ["{name} has {a} bags with {b} {thing}s in each bag. How many {thing}s does {name} have?",
-          "There are {a} rows of {thing}s with {b} {thing}s in each row. How many {thing}s are there?"],
-}
-_NAMES = ("Tom", "Anna", "Sam", "Lily", "Ben", "Maya", "Leo", "Zoe")
-_THINGS = ("apple", "marble", "book", "coin", "stamp", "pencil", "shell", "card")
+_BARE = re.compile(r"\s*(?:\\boxed\s*\{\s*-?[\d,]+(?:\.0+)?\s*\}|\$?-?[\d,]+(?:\.0+)?\$?)\s*\.?\s*")
 
 
 @dataclass(frozen=True)
@@ -50,83 +50,184 @@ class ArithmeticProblem:
     text: str
     """The question as the prompt states it (before the answer instruction)."""
 
+    @property
+    def canonical(self) -> str:
+        """What the problem is, apart from its wording and the order of its terms: the sorted terms added and
+        the sorted terms subtracted (a product term as its sorted factors). ``a + b`` and ``b + a``, or a story
+        and the expression it tells, have one canonical form, so the split puts them on one side."""
+        return canonical_form(self.operands, self.ops)
+
 
 @dataclass
 class ArithmeticConfig:
-    num_operands: int = 2
-    """Numbers per problem (2..6); ``style=word`` needs 2."""
-    min_operand: int = 1
+    """The default is the real-LM task (``conf/data/arithmetic.yaml``); ``conf/data/arithmetic_easy.yaml`` sets
+    sums of two numbers in 1..20."""
+
+    num_operands: int | list[int] = field(default_factory=lambda: [2, 3])
+    """Numbers per problem: an int (2..6), or ``[lo, hi]`` for a count drawn uniformly per problem."""
+    min_operand: int = 10
     """Smallest operand (>= 0)."""
-    max_operand: int = 20
+    max_operand: int = 99
     """Largest operand (<= 10**6)."""
-    ops: str = "+"
+    ops: str = "+-"
     """Operators to draw from, a string over ``+-*``."""
     allow_negative: bool = False
     """False: problems whose answer (or any partial result) is negative are redrawn."""
-    style: str = "expression"
-    """``expression``: "What is 12 + 7?"; ``word``: a one-sentence story."""
+    style: str | list[str] = field(default_factory=lambda: ["expression", "story", "steps"])
+    """How problems are worded (:mod:`lit_entropy.tasks.arithmetic_text`): ``expression``, ``word`` (one
+    sentence, two numbers), ``story`` (a story of several steps), ``steps`` (spoken instructions); a list (or a
+    comma-separated string) draws one per problem."""
+    phrasing: str = "varied"
+    """``expression`` only: ``fixed`` ("What is …?") or ``varied`` (one of several question forms)."""
+    held_out_fraction: float = 0.1
+    """Share of the problem space on the held-out side of the split (by a hash of the canonical form); training
+    never draws a problem from that side. 0: no split (every problem is a training problem)."""
+    transfer_extra_operands: int = 1
+    """The transfer split's problems have this many operands more than training's largest count."""
 
     def __post_init__(self) -> None:
-        if not 2 <= self.num_operands <= 6:
-            raise ValueError(f"num_operands must be in 2..6, got {self.num_operands}")
+        counts = self.operand_counts
+        if not 2 <= counts[0] <= counts[-1] <= 6:
+            raise ValueError(f"num_operands must be in 2..6 (or [lo, hi] within it), got {self.num_operands}")
         if not 0 <= self.min_operand <= self.max_operand <= 10**6:
             raise ValueError(f"need 0 <= min_operand <= max_operand <= 10**6, got {self.min_operand}, {self.max_operand}")
         if not self.ops or any(op not in OPS for op in self.ops):
             raise ValueError(f"ops must be a non-empty string over {''.join(OPS)!r}, got {self.ops!r}")
-        if self.style not in STYLES:
-            raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
-        if self.style == "word" and self.num_operands != 2:
+        bad = [s for s in self.styles if s not in STYLES]
+        if bad or not self.styles:
+            raise ValueError(f"style must be one or more of {STYLES}, got {self.style!r}")
+        if "word" in self.styles and counts != (2,):
             raise ValueError("style='word' needs num_operands=2")
+        if {"story", "steps"} & set(self.styles) and "*" in self.ops:
+            raise ValueError(f"styles 'story' and 'steps' tell sums and differences only; ops={self.ops!r} has '*'")
+        if self.phrasing not in PHRASINGS:
+            raise ValueError(f"phrasing must be one of {PHRASINGS}, got {self.phrasing!r}")
         if not isinstance(self.allow_negative, bool):
             raise ValueError(f"allow_negative must be a bool, got {self.allow_negative!r}")
+        if not 0.0 <= self.held_out_fraction < 1.0:
+            raise ValueError(f"held_out_fraction must be in [0, 1), got {self.held_out_fraction}")
+        if not 1 <= self.transfer_extra_operands <= 4:
+            raise ValueError(f"transfer_extra_operands must be in 1..4, got {self.transfer_extra_operands}")
+
+    @property
+    def operand_counts(self) -> tuple[int, ...]:
+        """Every operand count training draws, ascending."""
+        n = self.num_operands
+        if isinstance(n, int) and not isinstance(n, bool):
+            return (n,)
+        lo, hi = (int(x) for x in list(n))
+        if lo > hi:
+            raise ValueError(f"num_operands=[lo, hi] needs lo <= hi, got {list(n)}")
+        return tuple(range(lo, hi + 1))
+
+    @property
+    def styles(self) -> tuple[str, ...]:
+        s = self.style
+        return tuple(x.strip() for x in s.split(",")) if isinstance(s, str) else tuple(str(x) for x in s)
 
 
 def value_of(operands: tuple[int, ...], ops: tuple[str, ...]) -> tuple[int, int]:
     """The exact value of ``a0 op0 a1 op1 ...`` with ``*`` binding tighter, and the smallest running
     value of the sum of terms (negative when a partial result goes below zero)."""
-    terms: list[int] = [operands[0]]
-    signs: list[int] = [1]
-    for op, b in zip(ops, operands[1:], strict=True):
-        if op == "*":
-            terms[-1] *= b
-        else:
-            terms.append(b)
-            signs.append(1 if op == "+" else -1)
     total, lowest = 0, 0
-    for s, t in zip(signs, terms, strict=True):
-        total += s * t
+    for sign, term in _signed_terms(operands, ops):
+        total += sign * term[0]
         lowest = min(lowest, total)
     return total, lowest
 
 
-def _draw(rng: random.Random, cfg: ArithmeticConfig) -> ArithmeticProblem | None:
-    operands = tuple(rng.randint(cfg.min_operand, cfg.max_operand) for _ in range(cfg.num_operands))
-    ops = tuple(rng.choice(cfg.ops) for _ in range(cfg.num_operands - 1))
+def _signed_terms(operands: tuple[int, ...], ops: tuple[str, ...]) -> list[tuple[int, tuple[int, list[int]]]]:
+    """``(sign, (value, factors))`` of each term of the sum, ``*`` binding tighter."""
+    terms: list[tuple[int, tuple[int, list[int]]]] = [(1, (operands[0], [operands[0]]))]
+    for op, b in zip(ops, operands[1:], strict=True):
+        if op == "*":
+            sign, (value, factors) = terms[-1]
+            terms[-1] = (sign, (value * b, [*factors, b]))
+        else:
+            terms.append((1 if op == "+" else -1, (b, [b])))
+    return terms
+
+
+def canonical_form(operands: tuple[int, ...], ops: tuple[str, ...]) -> str:
+    """See :attr:`ArithmeticProblem.canonical`: ``+12,7|-3`` sorted, e.g. ``+7,12|-3`` for 12 + 7 - 3."""
+    parts: dict[int, list[str]] = {1: [], -1: []}
+    for sign, (_, factors) in _signed_terms(operands, ops):
+        parts[sign].append("*".join(str(f) for f in sorted(factors)))
+    return "+" + ",".join(sorted(parts[1], key=_term_key)) + "|-" + ",".join(sorted(parts[-1], key=_term_key))
+
+
+def _term_key(term: str) -> tuple[int, ...]:
+    return tuple(int(f) for f in term.split("*"))
+
+
+def split_of(canonical: str, held_out_fraction: float) -> str:
+    """``held_out`` or ``train``: a hash of the canonical form against ``held_out_fraction`` (fixed salt, so the
+    side of a problem never depends on a seed, a run or the Python process)."""
+    if held_out_fraction <= 0:
+        return "train"
+    digest = hashlib.sha256(f"{SPLIT_SALT}:{canonical}".encode()).digest()
+    return "held_out" if int.from_bytes(digest[:8], "big") / 2**64 < held_out_fraction else "train"
+
+
+def _draw(rng: random.Random, cfg: ArithmeticConfig, count: int) -> ArithmeticProblem | None:
+    operands = tuple(rng.randint(cfg.min_operand, cfg.max_operand) for _ in range(count))
+    ops = tuple(rng.choice(cfg.ops) for _ in range(count - 1))
     answer, lowest = value_of(operands, ops)
     if not cfg.allow_negative and lowest < 0:
         return None
-    if cfg.style == "word":
-        template = rng.choice(_WORDS[ops[0]])
-        text = template.format(name=rng.choice(_NAMES), thing=rng.choice(_THINGS), a=operands[0], b=operands[1])
-    else:
-        expr = " ".join(f"{a} {op}" for a, op in zip(operands[:-1], ops, strict=True)) + f" {operands[-1]}"
-        text = f"What is {expr}?"
-    return ArithmeticProblem(operands, ops, answer, text)
+    styles = cfg.styles
+    style = styles[0] if len(styles) == 1 else rng.choice(styles)
+    return ArithmeticProblem(operands, ops, answer, phrase(rng, style, operands, ops, cfg.phrasing))
 
 
-def generate_problems(n: int, seed: int, config: ArithmeticConfig) -> list[ArithmeticProblem]:
-    """``n`` problems, a pure function of ``seed`` and ``config``."""
-    rng = random.Random(f"arithmetic:{seed}")
+def generate_problems(n: int, seed: int, config: ArithmeticConfig, split: str = "train") -> list[ArithmeticProblem]:
+    """``n`` problems of ``split``, a pure function of ``seed``, ``config`` and ``split``.
+
+    ``train`` and ``held_out`` draw from the configured space and keep only problems on their side of the split
+    (rejection at generation: a training stream never holds a held-out problem); ``transfer`` draws problems with
+    ``transfer_extra_operands`` more operands than training ever uses, same ranges and wordings."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split == "held_out" and config.held_out_fraction <= 0:
+        raise ValueError("this task has no held-out split (held_out_fraction=0)")
+    rng = random.Random(f"arithmetic:{seed}" if split == "train" else f"arithmetic:{split}:{seed}")
+    counts = config.operand_counts
+    if split == "transfer":
+        counts = (counts[-1] + config.transfer_extra_operands,)
     out: list[ArithmeticProblem] = []
     tries = 0
     while len(out) < n:
         tries += 1
         if tries > 1000 * (n + 10):
-            raise RuntimeError(f"cannot draw {n} problems from {config} (too few non-negative ones)")
-        problem = _draw(rng, config)
-        if problem is not None:
-            out.append(problem)
+            raise RuntimeError(f"cannot draw {n} {split} problems from {config} (too few non-negative ones)")
+        count = counts[0] if len(counts) == 1 else rng.choice(counts)
+        problem = _draw(rng, config, count)
+        if problem is None:
+            continue
+        if split != "transfer" and split_of(problem.canonical, config.held_out_fraction) != split:
+            continue
+        out.append(problem)
     return out
+
+
+def count_problems(config: ArithmeticConfig) -> int:
+    """How many distinct problems (canonical forms) the training space of a ``+``/``-`` config holds, counted by
+    enumeration (seconds for 3 operands of 90 values): the size that memorising would have to cover."""
+    if "*" in config.ops:
+        raise ValueError("count_problems counts sums and differences only")
+    values = range(config.min_operand, config.max_operand + 1)
+    total = 0
+    for count in config.operand_counts:
+        for k in range(1, count + 1):  # k terms added (the first is always added), count - k subtracted
+            if k < count and "-" not in config.ops or k > 1 and "+" not in config.ops:
+                continue
+            for neg in itertools.combinations_with_replacement(values, count - k):
+                for pos in itertools.combinations_with_replacement(values, k):
+                    if not config.allow_negative and sum(pos) < sum(neg):
+                        continue
+                    canonical = canonical_form((*pos, *neg), ("+",) * (k - 1) + ("-",) * (count - k))
+                    total += split_of(canonical, config.held_out_fraction) == "train"
+    return total
 
 
 # --------------------------------------------------------------------------- answer extraction
@@ -173,18 +274,44 @@ def extract_answer(completion: str) -> int | None:
     return _to_int(numbers[-1]) if numbers else None
 
 
+def first_number(completion: str) -> int | None:
+    """The first number of a completion (a lenient reading: right when the model says the answer first and
+    then rambles on), None when there is none."""
+    if not isinstance(completion, str):
+        return None
+    match = _NUMBER.search(completion[:MAX_COMPLETION_CHARS])
+    return _to_int(match.group(0)) if match else None
+
+
+def is_bare_answer(completion: str) -> bool:
+    """Whether a completion is the answer alone: one number or one ``\\boxed{number}``, an optional full stop,
+    nothing else (the format the task asks for, apart from whether the number is right)."""
+    return isinstance(completion, str) and len(completion) <= 100 and _BARE.fullmatch(completion) is not None
+
+
+def answer_stats(completion: str, reference: int) -> dict[str, float]:
+    """Format and skill apart, for evaluation: ``format`` (a bare answer), ``first_number`` (the first number
+    equals the reference)."""
+    return {"format": float(is_bare_answer(completion)), "first_number": float(first_number(completion) == reference)}
+
+
 # --------------------------------------------------------------------------- prompts and reward
 
 ANSWER_FORMATS = {
     "boxed": "Put the final answer in \\boxed{}.",
     "number": "Answer with the final number only.",
     "none": "",
+    "mixed": None,
 }
+"""The instruction after the question; ``mixed`` picks ``number`` or ``boxed`` per problem (by its text's hash,
+so a problem keeps its instruction), and the verifier accepts either."""
 
 
 def format_prompt(problem: ArithmeticProblem, answer_format: str = "boxed") -> str:
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {sorted(ANSWER_FORMATS)}, got {answer_format!r}")
+    if answer_format == "mixed":
+        answer_format = ("number", "boxed")[hashlib.sha256(problem.text.encode()).digest()[0] % 2]
     instruction = ANSWER_FORMATS[answer_format]
     return f"{problem.text}\n{instruction}" if instruction else problem.text
 

