@@ -91,24 +91,21 @@ def candidates(data_dir: Path) -> dict[str, dict]:
         "arith_mul12_boxed_sys": _arith({"max_operand": 12, "ops": "*"}, "boxed", MATH_SYSTEM),
         "word_addsub20_boxed_sys": _arith({"max_operand": 20, "ops": "+-", "style": "word"}, "boxed", MATH_SYSTEM),
     }
-    # The multi-step family (issue: a space too large to memorise): several wordings, 2-4 operands, up to 99.
-    varied = {"ops": "+-", "phrasing": "varied", "held_out_fraction": 0.1}
-    mixed = {**varied, "style": "expression,story,steps"}
+    # The multi-step family: a space too large to memorise (>= 10^5 problems up to order), 2-4 operands, several
+    # wordings. Every key is given: the ArithmeticConfig defaults are the shipped task's, not a neutral base.
+    def multi(counts, lo: int, hi: int, styles: str = "expression,story,steps") -> dict:
+        return {"num_operands": counts, "min_operand": lo, "max_operand": hi, "ops": "+-", "style": styles,
+                "phrasing": "varied", "held_out_fraction": 0.1}
+
     out.update({
-        "multi24_25_mixed": _arith({**mixed, "num_operands": [2, 4], "max_operand": 25}, "number", SHORT_SYSTEM),
-        "multi24_30_mixed": _arith({**mixed, "num_operands": [2, 4], "max_operand": 30}, "number", SHORT_SYSTEM),
-        "multi34_30_mixed": _arith({**mixed, "num_operands": [3, 4], "max_operand": 30}, "number", SHORT_SYSTEM),
-        "multi24_30_mixed_work": _arith({**mixed, "num_operands": [2, 4], "max_operand": 30}, "none", WORK_SYSTEM),
-        "multi23_60_expr": _arith({**varied, "num_operands": [2, 3], "max_operand": 60}, "number", SHORT_SYSTEM),
-        "multi3_99_expr": _arith({**varied, "num_operands": 3, "min_operand": 10, "max_operand": 99}, "number", SHORT_SYSTEM),
-        "multi3_99_mixed": _arith({**mixed, "num_operands": 3, "min_operand": 10, "max_operand": 99}, "number", SHORT_SYSTEM),
-        "multi23_99_mixed": _arith({**mixed, "num_operands": [2, 3], "min_operand": 10, "max_operand": 99}, "number",
-                                   SHORT_SYSTEM),
-        "multi3_50_mixed": _arith({**mixed, "num_operands": 3, "max_operand": 50}, "number", SHORT_SYSTEM),
-        "multi23_60_mixed": _arith({**mixed, "num_operands": [2, 3], "max_operand": 60}, "number", SHORT_SYSTEM),
-        "multi34_50_mixed": _arith({**mixed, "num_operands": [3, 4], "max_operand": 50}, "number", SHORT_SYSTEM),
-        "multi23_99_mixed_fmt": _arith({**mixed, "num_operands": [2, 3], "min_operand": 10, "max_operand": 99}, "mixed",
-                                       PLAIN_SYSTEM),
+        "multi23_60_mixed": _arith(multi([2, 3], 1, 60), "number", SHORT_SYSTEM),
+        "multi24_25_mixed": _arith(multi([2, 4], 1, 25), "number", SHORT_SYSTEM),
+        "multi24_25_expr": _arith(multi([2, 4], 1, 25, "expression"), "number", SHORT_SYSTEM),
+        "multi24_25_mixed_fmt": _arith(multi([2, 4], 1, 25), "mixed", PLAIN_SYSTEM),
+        "multi24_30_mixed": _arith(multi([2, 4], 1, 30), "number", SHORT_SYSTEM),
+        "multi34_30_mixed": _arith(multi([3, 4], 1, 30), "number", SHORT_SYSTEM),
+        "multi24_30_mixed_work": _arith(multi([2, 4], 1, 30), "none", WORK_SYSTEM),
+        "multi23_99_mixed": _arith(multi([2, 3], 10, 99), "number", SHORT_SYSTEM),
     })
     if gsm:
         out["gsm8k_boxed"] = _dataset(gsm, boxed, None, math_reward)

@@ -65,9 +65,9 @@ class ArithmeticConfig:
 
     num_operands: int | list[int] = field(default_factory=lambda: [2, 3])
     """Numbers per problem: an int (2..6), or ``[lo, hi]`` for a count drawn uniformly per problem."""
-    min_operand: int = 10
+    min_operand: int = 1
     """Smallest operand (>= 0)."""
-    max_operand: int = 99
+    max_operand: int = 60
     """Largest operand (<= 10**6)."""
     ops: str = "+-"
     """Operators to draw from, a string over ``+-*``."""

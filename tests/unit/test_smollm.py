@@ -52,7 +52,7 @@ def test_preset_composes():
         cfg = compose("train", overrides=["model=smollm2_135m", "data=arithmetic", "paths.output_dir=unused"])
     spec = instantiate(cfg.model)
     assert isinstance(spec, SmolLMPolicy) and spec.source == "auto" and spec.hub_id == smollm.HUB_ID
-    assert cfg.data.chat_template is True and cfg.data.prompts.task.max_operand == 99
+    assert cfg.data.chat_template is True and cfg.data.prompts.task.max_operand == 60
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         easy = compose("train", overrides=["model=smollm2_135m", "data=arithmetic_easy", "seed=3", "paths.output_dir=unused"])
     task = instantiate(easy.data.prompts.task)
