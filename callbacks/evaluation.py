@@ -2,11 +2,16 @@
 
 Every ``every_n_iterations`` RL iterations (and after the last one; with ``at_start`` also once before the
 first update, logged at step 0, so a curve starts from the policy training began with) it samples ``n`` completions for
-each of ``num_problems`` held-out problems with the run's own sampler (engine, top_p and stop strings as
-in training; ``temperature`` and ``max_new_tokens`` may differ), scores them with the task's reward, and logs ``eval/accuracy``, ``eval/mean@k`` and
-``eval/pass@k`` (unbiased estimator, torchmetrics states summed across ranks) via
-:func:`lit_entropy.evaluation.evaluate`. The problems come from the training prompt source under an
-iteration key training never uses, so for the Countdown lab they are unseen problems.
+each of ``num_problems`` evaluation problems with the run's own sampler (engine, top_p and stop strings as
+in training; ``temperature`` and ``max_new_tokens`` may differ) and scores them with the task's reward.
+
+Which problems: a prompt source with splits (generated arithmetic) gives its ``held_out`` split, disjoint from
+every training problem by construction, and its ``transfer`` split; each is evaluated greedy (with ``greedy``) and
+sampled, logged as ``eval/<split>/greedy/...`` and ``eval/<split>/sampled/...``
+(:func:`lit_entropy.evaluation.evaluate_splits`). Any other source gives problems of its own stream under an
+iteration key training never uses, logged as ``eval/accuracy``, ``eval/mean@k`` and ``eval/pass@k`` (unbiased
+estimator) via :func:`lit_entropy.evaluation.evaluate`: fresh draws, not disjoint from training (for the Countdown
+lab's space, 30 of the collapse regime's 64 evaluation prompts also occur in its 120 training iterations).
 """
 
 from __future__ import annotations

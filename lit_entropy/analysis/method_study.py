@@ -2,7 +2,7 @@
 
 Each *cell* is one ``(algo, controller)`` pair (or ``(algo@variant, controller)`` with named variants, sets
 of overrides such as a deliberate sampler/trainer disagreement); each of its runs is ``scripts/train.py`` with
-``algo=<algo> callbacks/entropy=<controller> seed=<s>``, the held-out evaluation switched on for the
+``algo=<algo> callbacks/entropy=<controller> seed=<s>``, the periodic evaluation switched on for the
 last iteration, and the run folder fixed (``<out>/runs/<algo>+<controller>/seed<s>``), so that an
 interrupted study resumes: a run whose folder holds ``done.json`` is not run again. Runs go seed by seed
 (every cell's seed 0, then every cell's seed 1, ...), so a study cut short still covers every cell.
@@ -16,7 +16,7 @@ The table reports, per cell, the mean ± standard deviation over seeds of
 
 * ``H final``: ``rollout/entropy`` at the last iteration;
 * ``acc (last 5)``: the mean ``rollout/accuracy`` over the last five iterations;
-* ``pass@1``, ``pass@8``: the held-out Countdown evaluation after the last iteration (``eval/pass@k``);
+* ``pass@1``, ``pass@8``: the Countdown evaluation after the last iteration (``eval/pass@k``);
 * ``band err``: the mean ``control/band_error`` over the second half (cells with a band-keeping controller);
 * ``s/it``: seconds per iteration, from the wall-clock times of the TensorBoard events (start-up excluded);
 * ``dose``: how much the cell's method's lever acted (:mod:`lit_entropy.analysis.dose`), marked *not tested
@@ -63,11 +63,11 @@ class StudyPlan:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     iterations: int = 40
     eval_problems: int = 64
-    """Held-out Countdown problems evaluated after the last iteration (``eval_n`` samples each)."""
+    """Countdown evaluation problems evaluated after the last iteration (``eval_n`` samples each)."""
     eval_n: int = 8
-    """Samples per held-out problem (the largest k of pass@k)."""
+    """Samples per evaluation problem (the largest k of pass@k)."""
     eval_ks: tuple[int, ...] = (1, 8)
-    """The k of the held-out ``eval/pass@k`` (each <= ``eval_n``)."""
+    """The k of the ``eval/pass@k`` (each <= ``eval_n``)."""
     eval_every: int | None = None
     """Evaluate every this many iterations as well as after the last (None: after the last only)."""
     overrides: list[str] = field(default_factory=list)

@@ -1,8 +1,8 @@
 """One tuning protocol for a method study, as config (``conf/protocol/*.yaml``, run by ``scripts/study.py``).
 
-A protocol declares, before any run: the runs' common overrides and length, the held-out evaluation, the
+A protocol declares, before any run: the runs' common overrides and length, the periodic evaluation, the
 *tuning seeds* and the *evaluation seeds* (disjoint: a pick is never judged on a seed that chose it), the
-*criterion* (the mean of some run-summary metrics after the last iteration, e.g. held-out pass@1 and
+*criterion* (the mean of some run-summary metrics after the last iteration, e.g. eval pass@1 and
 pass@64), the baseline, the claims to judge, the interval rule and, per method, its cell (``algo`` preset,
 ``controller``), its fixed overrides and a *grid* over its key hyperparameters (every combination is a point).
 
@@ -44,7 +44,7 @@ PHASES = ("tune", "evaluate")
 
 
 def eval_columns(ks: list[int]) -> tuple[str, ...]:
-    """The evaluation table's columns: final entropy, each held-out pass@k the study has a column for, the
+    """The evaluation table's columns: final entropy, each eval pass@k the study has a column for, the
     last-20 training accuracy, the dose and seconds per iteration."""
     return ("h_final", *(f"pass@{k}" for k in ks if f"pass@{k}" in COLUMNS), "acc_last20", "dose", "s_per_it")
 
@@ -189,7 +189,7 @@ class Protocol:
         return [p for m in self.methods.values() if len(m.points()) > 1 for p in m.points()]
 
     def seconds(self, runs: int) -> float:
-        """The protocol's estimate of ``runs`` runs on one core: iterations, plus each held-out evaluation (at
+        """The protocol's estimate of ``runs`` runs on one core: iterations, plus each periodic evaluation (at
         start, when ``experiment=collapse`` asks for it, and every ``eval.every`` iterations)."""
         evals = self.iterations // self.eval["every"] + 1
         return runs * (self.iterations * self.cost["seconds_per_iteration"] + evals * self.cost["seconds_per_evaluation"])
@@ -394,5 +394,5 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     (out / "evaluate.md").write_text(report + "\n")
     from lit_entropy.analysis.study_plot import plot
 
-    plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and held-out pass@k per pick
+    plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and eval pass@k per pick
     return report

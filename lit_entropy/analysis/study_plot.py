@@ -1,4 +1,4 @@
-"""The method study's figure: entropy, accuracy and held-out pass@k against the iteration, one line per cell."""
+"""The method study's figure: entropy, accuracy and eval pass@k against the iteration, one line per cell."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lit_entropy.analysis.runs import read_scalars, values
 
 
 def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[int, float]:
-    """One run's held-out ``tag`` by iteration: an evaluation after iteration i is logged at the step of that
+    """One run's eval ``tag`` by iteration: an evaluation after iteration i is logged at the step of that
     iteration's ``rollout/entropy``, one at start (``callbacks.eval.at_start``) at step 0 = iteration 0."""
     ends = [step for step, _ in scalars.get("rollout/entropy", [])]
     return {sum(1 for e in ends if e <= step): v for step, v in scalars.get(tag, [])}
@@ -19,7 +19,7 @@ def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[i
 def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
     """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
     ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
-    held-out evaluation, a panel each for the smallest and largest k. ``start``: held-out values of the
+    periodic evaluation, a panel each for the smallest and largest k. ``start``: eval values of the
     policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
     iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
     titles give the seeds per cell."""
@@ -29,7 +29,7 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     import matplotlib.pyplot as plt
 
     tags = ["rollout/entropy", "rollout/accuracy"]
-    if plan.eval_every:  # held-out pass@k during training: one panel per k, smallest and largest
+    if plan.eval_every:  # eval pass@k during training: one panel per k, smallest and largest
         tags += [f"eval/pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
     fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
     colours = plt.get_cmap("tab20").colors
@@ -68,7 +68,7 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
             ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
     seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
     titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
-    titles += [f"held-out {tag}" for tag in tags[2:]]
+    titles += [f"eval {tag}" for tag in tags[2:]]
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
         ax.set_xlabel("iteration")
