@@ -28,7 +28,6 @@ for it. A process killed mid-write leaves the previous ``last.ckpt``, one iterat
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 from pathlib import Path
@@ -48,6 +47,7 @@ from lit_entropy.checkpointing import (
     rng_from_safe,
     rng_to_safe,
     temp_path,
+    to_host,
 )
 
 log = logging.getLogger(__name__)
@@ -142,9 +142,9 @@ class IterationCheckpoint(ModelCheckpoint):
             raise err
 
     def _write_in_background(self, trainer: pl.Trainer, path: Path, keep: Path | None) -> None:
-        """Copy the state now (tensors included: the next update changes them in place), write it in a thread."""
+        """Copy the state to host memory now (the next update changes the tensors in place), write it in a thread."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        checkpoint = copy.deepcopy(trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only))
+        checkpoint = to_host(trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only))
         io = trainer.strategy.checkpoint_io
 
         def write() -> None:

@@ -9,6 +9,7 @@ that is truncated or corrupt, or one written at an exception (not an iteration b
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import shutil
@@ -110,6 +111,33 @@ def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     except BaseException:
         remove(tmp)
         raise
+
+
+def to_host(obj: Any, _storages: dict | None = None) -> Any:
+    """A copy of a checkpoint with every tensor in host memory, for a background write.
+
+    The next update changes the live tensors in place, so the copy is taken at the boundary. Copying to host
+    (not ``copy.deepcopy``, which would copy CUDA tensors to a second CUDA copy: the model and optimizer twice
+    on the GPU) costs no accelerator memory. Tensors that share a storage (tied embeddings) still share one
+    after the copy, so the file stays the size it would be. Containers keep their types; other leaves are
+    deep-copied.
+    """
+    storages: dict = {} if _storages is None else _storages
+    if type(obj) in (torch.Tensor, torch.nn.Parameter) and obj.layout == torch.strided:
+        source = obj.untyped_storage()
+        key = (obj.device, source.data_ptr())
+        if key not in storages:
+            storages[key] = source.cpu() if obj.device.type != "cpu" else source.clone()
+        out = torch.empty(0, dtype=obj.dtype)
+        return out.set_(storages[key], obj.storage_offset(), obj.size(), obj.stride())
+    if isinstance(obj, dict):
+        copied = type(obj)() if type(obj) is not dict else {}
+        for k, v in obj.items():
+            copied[k] = to_host(v, storages)
+        return copied
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(to_host(v, storages) for v in obj)
+    return copy.deepcopy(obj)
 
 
 def rng_to_safe(states: dict[str, Any]) -> dict[str, Any]:

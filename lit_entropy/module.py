@@ -282,7 +282,7 @@ class PolicyModule(pl.LightningModule):
         keys = ["pg_loss", "entropy", "entropy_ratio", "clip_low", "clip_high", "ratio", "tokens"]
         keys += (["kl"] if with_kl else []) + (["erc_clipped"] if self.algo.erc is not None else [])
         local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
-        sums = dist.all_reduce_sum({**local, "loss": loss_total})
+        sums = dist.all_reduce_sum({**local, "loss": loss_total}, device=self.device)
         return sums, sums.pop("loss")
 
     def _log_step(self, sums: dict[str, torch.Tensor], loss_total: torch.Tensor, grad_norm: torch.Tensor, lr: float,
@@ -343,7 +343,7 @@ class PolicyModule(pl.LightningModule):
         other strategies leave the model as it is (:func:`lit_entropy.strategies.fully_shard_policy`)."""
         mesh = getattr(self, "_device_mesh", None)
         if mesh is not None and not any(dist.is_dtensor(p) for p in self.model.parameters()):
-            fully_shard_policy(self.model, mesh)
+            fully_shard_policy(self.model, mesh, precision=self.trainer.precision)
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg

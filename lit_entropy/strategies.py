@@ -3,7 +3,8 @@
 ``ModelParallelStrategy`` needs the data-parallel size up front, which a config cannot compute from
 ``devices × num_nodes``; this subclass fills it in from the world size once the processes exist. The
 module shards itself in :meth:`lit_entropy.module.PolicyModule.configure_model` (``fully_shard`` per
-decoder layer). Runs on CUDA with NCCL and on CPU with gloo.
+decoder layer) with a mixed-precision policy that follows ``trainer.precision``. Runs on CUDA with NCCL and on
+CPU with gloo.
 """
 
 from __future__ import annotations
@@ -47,8 +48,28 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(max(lists, key=len)) if lists else []
 
 
-def fully_shard_policy(model: torch.nn.Module, mesh: Any) -> None:
-    """``fully_shard`` each decoder layer of ``model``, then the whole model, over the data-parallel mesh."""
+def mixed_precision_policy(precision: str | None) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for ``trainer.precision``.
+
+    Under ``bf16-mixed`` and ``16-mixed`` (``precision=bf16``, ``precision=fp16``) the all-gathered parameters,
+    hence the forward and backward, are in the autocast dtype, while the sharded parameters the optimizer steps
+    stay fp32 and gradients are reduced in fp32 (a sum over ranks in 16 bits loses what the fp32 master weights
+    keep). Log-probs, entropy and losses are cast to fp32 by the loss functions as in every mode. Other
+    precisions (``32-true``; ``*-true`` weights already in their dtype) need no policy: ``None``.
+    fp16's loss scaler works on the sharded gradients as on plain ones: a DTensor's non-finite check reduces
+    ``found_inf`` over the mesh, so every rank skips the same steps.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    compute = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(precision))
+    if compute is None:
+        return None
+    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+
+
+def fully_shard_policy(model: torch.nn.Module, mesh: Any, precision: str | None = None) -> None:
+    """``fully_shard`` each decoder layer of ``model``, then the whole model, over the data-parallel mesh, with
+    :func:`mixed_precision_policy` of ``precision`` (``trainer.precision``)."""
     from torch.distributed.fsdp import fully_shard
 
     if is_peft(model):
@@ -56,6 +77,8 @@ def fully_shard_policy(model: torch.nn.Module, mesh: Any) -> None:
     dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
     if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names and mesh["tensor_parallel"].size() > 1:
         raise ValueError("trainer=fsdp shards data-parallel only: set tensor_parallel_size=1")
+    policy = mixed_precision_policy(precision)
+    kwargs = {"mp_policy": policy} if policy is not None else {}
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=dp_mesh)
-    fully_shard(model, mesh=dp_mesh)
+        fully_shard(layer, mesh=dp_mesh, **kwargs)
+    fully_shard(model, mesh=dp_mesh, **kwargs)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+GPU_ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                                                     reason="vLLM is not installed"))]
+"""The rollout engines a ``gpu`` test runs with: ``hf`` everywhere, ``vllm`` where it imports."""
 
 
 def compose_train(overrides: list[str]):

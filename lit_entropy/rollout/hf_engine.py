@@ -12,10 +12,16 @@ chunk at once, so a chunk cut differently samples differently). Under FSDP2 the 
 and its forward is a collective that ranks generating different prompts cannot share: the engine then
 keeps a full, unsharded copy of the weights, refreshed at every sync; so does ``copy_weights`` (the testbed's
 ``rollout.sync_every > 1``: the copy lags the trainer between syncs).
+
+``dtype`` is the precision the samples are computed in, as the trainer computes its forward: under
+``precision=bf16`` or ``fp16`` (fp32 weights, autocast in the trainer) generation runs under the same autocast,
+so the sampler's log-probs come from the kernels the trainer's do. ``HFEngine.dtype`` reports it, and the
+sampler warns when it is not the trainer's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 
@@ -27,11 +33,18 @@ from lit_entropy.utils import dist
 
 
 class HFEngine(RolloutEngine):
+    DTYPES = ("float32", "bfloat16", "float16")
+
     def __init__(self, model_path: str, eos_id: int, pad_id: int, prompts_per_chunk: int = 64,
-                 share_prefill: bool = True, copy_weights: bool = False, **_: object) -> None:
-        """``share_prefill``: run each prompt's prefill once and copy its cache to its ``n`` samples (HF models
+                 share_prefill: bool = True, copy_weights: bool = False, dtype: str = "float32", **_: object) -> None:
+        """``dtype``: ``float32``, ``bfloat16`` or ``float16``, the dtype generation computes in (autocast over
+        fp32 weights; weights already in a lower dtype compute in theirs).
+        ``share_prefill``: run each prompt's prefill once and copy its cache to its ``n`` samples (HF models
         whose forward takes a cache, on chunks no longer than any layer's attention window; others prefill every row).
         ``copy_weights``: sample from a copy of the weights taken at each sync instead of the live module."""
+        if dtype not in self.DTYPES:
+            raise ValueError(f"rollout.engine.dtype={dtype!r} must be one of {', '.join(self.DTYPES)} for the HF engine")
+        self.dtype = dtype
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.prompts_per_chunk = prompts_per_chunk
@@ -68,19 +81,31 @@ class HFEngine(RolloutEngine):
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        C = self.prompts_per_chunk
-        result: list[list[Generation]] = []
         try:
-            start = 0
-            while start < len(prompts):
-                g = first_index + start  # global index: chunks sit at multiples of C in the global order
-                stop = min(len(prompts), start + C - g % C)
-                chunk_seed = random.Random(f"{seed}:{g // C}:{g % C}").randrange(2**62)
-                gen = torch.Generator(device="cpu").manual_seed(chunk_seed)
-                result.extend(self._generate_chunk(model, prompts[start:stop], n, sampling, gen, device))
-                start = stop
+            with self.autocast(model):
+                return self._generate_chunks(model, prompts, n, sampling, seed, first_index, device)
         finally:
             model.train(was_training)
+
+    def autocast(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """Autocast to :attr:`dtype` when the weights are wider (the trainer's mixed precision); else nothing."""
+        param = next(model.parameters())
+        want = getattr(torch, self.dtype)
+        if want == param.dtype or torch.finfo(want).bits >= torch.finfo(param.dtype).bits:
+            return contextlib.nullcontext()
+        return torch.autocast(param.device.type, dtype=want)
+
+    def _generate_chunks(self, model, prompts, n, sampling, seed, first_index, device) -> list[list[Generation]]:
+        C = self.prompts_per_chunk
+        result: list[list[Generation]] = []
+        start = 0
+        while start < len(prompts):
+            g = first_index + start  # global index: chunks sit at multiples of C in the global order
+            stop = min(len(prompts), start + C - g % C)
+            chunk_seed = random.Random(f"{seed}:{g // C}:{g % C}").randrange(2**62)
+            gen = torch.Generator(device="cpu").manual_seed(chunk_seed)
+            result.extend(self._generate_chunk(model, prompts[start:stop], n, sampling, gen, device))
+            start = stop
         return result
 
     def _generate_chunk(self, model, chunk, n, sampling, gen, device) -> list[list[Generation]]:

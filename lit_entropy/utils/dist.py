@@ -120,18 +120,23 @@ def gather_scattered_rows(
     return out
 
 
-def all_reduce_sum(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Sum each scalar over ranks (one collective for the whole dict); keys must match on every rank."""
+def all_reduce_sum(values: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Sum each scalar over ranks (one collective for the whole dict); keys must match on every rank.
+
+    ``device`` is where the sums are wanted: the module's device, the same kind on every rank. Under NCCL the
+    collective runs there too, whatever device each value sits on: a rank whose micro-batches were all padding
+    holds CPU zeros where the others hold CUDA sums, and NCCL must not be handed CPU tensors by one rank only.
+    Other backends (gloo) reduce on CPU.
+    """
     if world_size() == 1 or not values:
         return values
     keys = sorted(values)
-    ref = values[keys[0]]
+    device = torch.device(device)
     flat = torch.stack([values[k].detach().to(torch.float64).reshape(()).cpu() for k in keys])
-    backend = dist.get_backend()
-    device = ref.device if backend == "nccl" else torch.device("cpu")
-    flat = flat.to(device)
+    on = device if dist.get_backend() == "nccl" else torch.device("cpu")
+    flat = flat.to(on)
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    return {k: flat[i].to(torch.float32).to(ref.device) for i, k in enumerate(keys)}
+    return {k: flat[i].to(device=device, dtype=torch.float32) for i, k in enumerate(keys)}
 
 
 def is_dtensor(t: torch.Tensor) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import GPU_ENGINES as ENGINES
 from tests.helpers import ROOT, read_scalars
 
 pytestmark = pytest.mark.integration
@@ -40,19 +41,28 @@ CONFIGS = {
     "two_iterations": ["trainer.max_epochs=2"],  # the vLLM sync after an update
 }
 STRATEGIES = ("ddp", "fsdp")
+HF_ENGINE = ["rollout=hf", "rollout.engine.prompts_per_chunk=4"]
+"""The HF engine in place of vLLM: chunks of 4 prompts, so the ranks' blocks of 4 and 3 sample what one rank does."""
+
+
+def common(engine: str = "vllm") -> list[str]:
+    """The driver's overrides with ``engine``'s rollouts (``vllm``, the default, or ``hf``)."""
+    if engine == "vllm":
+        return COMMON
+    return [o for o in COMMON if not o.startswith("rollout.engine.")] + HF_ENGINE
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
 
-def _run_driver(out: Path, world: int, strategy: str, *extra: str) -> None:
+def _run_driver(out: Path, world: int, strategy: str, *extra: str, engine: str = "vllm") -> None:
     configs = [f"{name}:{';'.join(overrides)}" for name, overrides in CONFIGS.items()]
     if world == 1:
-        cmd = [sys.executable, str(DRIVER), str(out), *COMMON, *extra, *configs]
+        cmd = [sys.executable, str(DRIVER), str(out), *common(engine), *extra, *configs]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-               str(DRIVER), str(out), *COMMON, f"trainer={strategy}", f"trainer.devices={world}", *extra,
+               str(DRIVER), str(out), *common(engine), f"trainer={strategy}", f"trainer.devices={world}", *extra,
                *configs]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -165,14 +175,15 @@ def test_fsdp_run_resumes_bit_for_bit_on_two_ranks(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_two_gpus_give_one_gpus_parameters(tmp_path, strategy):
-    """The CUDA version (NCCL, vLLM's external_launcher backend). GPU kernels are not bit-deterministic
-    across batch shapes, so the bound is 1e-5 here."""
+def test_two_gpus_give_one_gpus_parameters(tmp_path, strategy, engine):
+    """The CUDA version (NCCL; vLLM's external_launcher backend, or the HF engine). GPU kernels are not
+    bit-deterministic across batch shapes, so the bound is 1e-5 here."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 CUDA devices")
-    _run_driver(tmp_path / "single", 1, "gpu", "trainer=gpu")
-    _run_driver(tmp_path / strategy, 2, strategy, "trainer.accelerator=gpu")
+    _run_driver(tmp_path / "single", 1, "gpu", "trainer=gpu", engine=engine)
+    _run_driver(tmp_path / strategy, 2, strategy, "trainer.accelerator=gpu", engine=engine)
     for config in set(CONFIGS) - {"two_iterations"}:
         one = load(tmp_path / "single", config, 0)
         for rank in (0, 1):

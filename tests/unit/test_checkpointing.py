@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import random
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from lit_entropy.checkpointing import (
     rng_from_safe,
     rng_to_safe,
     temp_path,
+    to_host,
 )
 
 
@@ -121,3 +123,22 @@ def test_rng_states_survive_weights_only_loading_and_starting_an_engine(tmp_path
     with preserved_rng():  # what an engine start does to the global RNGs is undone
         torch.manual_seed(0), random.seed(0), np.random.seed(0), torch.rand(5)
     assert draw() == expected
+
+
+def test_the_background_copy_is_in_host_memory_and_keeps_tied_tensors_shared():
+    weight = torch.nn.Parameter(torch.arange(6.0).view(2, 3))
+    state = {"state_dict": OrderedDict(embed=weight.detach(), head=weight.detach(), row=weight.detach()[1]),
+             "optimizer_states": [{"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 1e-3}]}],
+             "rng": (torch.get_rng_state(), 7), "epoch": 2}
+    copied = to_host(state)
+    with torch.no_grad():
+        weight.add_(100.0)  # the next update changes the live tensors in place
+        state["optimizer_states"][0]["state"][0]["step"] += 1
+    sd = copied["state_dict"]
+    assert type(sd) is OrderedDict and list(sd) == ["embed", "head", "row"]
+    assert sd["embed"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and sd["row"].tolist() == [3.0, 4.0, 5.0]
+    assert sd["embed"].untyped_storage().data_ptr() == sd["head"].untyped_storage().data_ptr() \
+        == sd["row"].untyped_storage().data_ptr() != weight.untyped_storage().data_ptr()
+    assert copied["optimizer_states"][0]["state"][0]["step"].item() == 3.0
+    assert isinstance(copied["rng"], tuple) and copied["rng"][1] == 7 and copied["epoch"] == 2
+    assert all(t.device.type == "cpu" for t in (sd["embed"], copied["rng"][0]))

@@ -77,3 +77,16 @@ def test_take_rows_cuts_only_row_by_column_tensors():
     assert mb["input_ids"].tolist() == [[8, 9], [0, 1]]
     assert mb["advantages"].tolist() == [3.0, 1.0]
     assert mb["old_logp"].shape == (2, 2)
+
+
+@pytest.mark.parametrize("backend,collective_on", [("nccl", "meta"), ("gloo", "cpu")])
+def test_the_reduction_runs_on_the_modules_device_not_on_a_keys(monkeypatch, backend, collective_on):
+    """A rank that ran only padding holds CPU zeros; under NCCL the collective must still run on the module's
+    device (``meta`` stands in for ``cuda`` here), and the sums come back there on every backend."""
+    seen = []
+    monkeypatch.setattr(dist, "world_size", lambda: 2)
+    monkeypatch.setattr(dist.dist, "get_backend", lambda *a: backend)
+    monkeypatch.setattr(dist.dist, "all_reduce", lambda t, op=None: seen.append(t.device.type))
+    out = dist.all_reduce_sum({"a_padding": torch.zeros(()), "loss": torch.tensor(2.0)}, device="meta")
+    assert seen == [collective_on]
+    assert {v.device.type for v in out.values()} == {"meta"} and set(out) == {"a_padding", "loss"}
