@@ -2,6 +2,7 @@
 #                     make test    (set up, then run the test suite)
 # Extra Hydra overrides go in ARGS, e.g.  make train ARGS="callbacks/entropy=none"
 # Against TRL's GRPOTrainer: make bench-trl [ARGS="--pairs 3 --iters 5"]   (adds the `bench` extra)
+# For the GPU machine (no network there): make gpu-wheels, then bash scripts/gpu_check.sh there (docs/testing.md)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,8 +17,14 @@ PYTEST_ARGS ?=
 # stays on one worker (--dist loadfile), so module fixtures and the harness's shared engine are per worker.
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
+# The pure-Python packages the GPU machine lacks, pinned to this environment's versions (its torch, lightning,
+# transformers, peft, tensorboard, torchmetrics and pytest are its own). antlr4-python3-runtime 4.9.3 (omegaconf's)
+# is published only as an sdist: `pip wheel` builds it. scripts/gpu_check.sh installs them into a private folder.
+GPU_WHEELS_DIR ?= gpu-wheels
+GPU_WHEELS := hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 math-verify==0.9.0 \
+	latex2sympy2_extended==1.11.0
 
-.PHONY: setup train test smoke lint bench bench-trl clean
+.PHONY: setup train test smoke lint bench bench-trl gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -51,6 +58,14 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-trl: $(BENCH_STAMP)
 	$(PY) scripts/bench.py --vs trl $(ARGS)
+
+# Every wheel must be pure Python (the GPU machine runs another Python); old ones go first.
+gpu-wheels:
+	mkdir -p $(GPU_WHEELS_DIR)
+	rm -f $(GPU_WHEELS_DIR)/*.whl
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir $(GPU_WHEELS_DIR) $(GPU_WHEELS)
+	! ls $(GPU_WHEELS_DIR)/*.whl | grep -v -- '-none-any\.whl$$'
+	du -ch $(GPU_WHEELS_DIR)/*.whl | tail -n 1
 
 lint: $(STAMP)
 	$(PY) -m ruff check lit_entropy callbacks scripts tests

@@ -3,15 +3,21 @@
 Each is 2 layers (Gemma 3: 4, so that sliding and full layers both occur), width 64, head_dim 32 (vLLM's
 CPU attention needs >= 32), a 96-token vocabulary. Sliding windows are 8 tokens where the family has
 them, shorter than the test rows, so every window rule is exercised. No downloads.
+
+``LIT_ENTROPY_TEST_DEVICE`` (e.g. ``cuda``) puts the models on that device, TF32 off, so that the same suite
+checks the CUDA kernels (``scripts/gpu_check.sh``); unset, they stay on the CPU. The rows stay on the CPU as
+the trainer's batches do; :mod:`tests.models.trainer_paths` moves them to the model's device.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+DEVICE_ENV = "LIT_ENTROPY_TEST_DEVICE"
 VOCAB = 96
 WINDOW = 8
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -49,8 +55,19 @@ SLIDING = {"mistral", "gemma2", "gemma3_text"}
 """The test models with a window (8) shorter than the test rows."""
 
 
+def suite_device() -> torch.device:
+    """The device the suite's models run on: ``$LIT_ENTROPY_TEST_DEVICE``, else the CPU. On CUDA, TF32 matmuls
+    and convolutions are turned off (the suite's fp32 tolerances are fp32 rounding)."""
+    device = torch.device(os.environ.get(DEVICE_ENV) or "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # the legacy flags: mixing in the new API raises on read
+        torch.backends.cudnn.allow_tf32 = False
+    return device
+
+
 def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
-    """A random fp32 model of ``family`` in eval mode (the library's default attention)."""
+    """A random fp32 model of ``family`` in eval mode (the library's default attention), on
+    :func:`suite_device` (the weights are drawn on the CPU, so they are the same on every device)."""
     from transformers import AutoModelForCausalLM
 
     config = _config(family)
@@ -61,7 +78,7 @@ def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
         with torch.no_grad():  # some families initialise norms at 0 or 1 exactly: perturb them all a little
             for p in model.parameters():
                 p.add_(0.02 * torch.randn_like(p))
-    return model.eval()
+    return model.to(suite_device()).eval()
 
 
 def save_tiny(family: str, out: str | Path, seed: int = 0) -> Path:

@@ -88,7 +88,7 @@ def test_lora_defaults_build_and_merge_like_peft(family):
     model = apply_lora(tiny_model(family), LoRAConfig(r=4, alpha=8))
     adapted = [n for n, _ in model.named_parameters() if "lora_A" in n]
     assert adapted, "no adapters with the default target_modules"
-    ids = torch.randint(3, VOCAB, (2, 9))
+    ids = torch.randint(3, VOCAB, (2, 9), device=tp.device_of(model))
     with torch.no_grad():
         fresh = model(input_ids=ids).logits
         with model.disable_adapter():

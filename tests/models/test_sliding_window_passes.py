@@ -22,9 +22,10 @@ def test_pre_update_pass_on_a_sliding_window_model_equals_each_row_alone():
     with torch.no_grad():
         reference, _ = tp.unpadded(model, rows)
     module = PolicyModule(PolicyBundle(model, None, ""), temperature=tp.TEMPERATURE, share_prompts=True)
+    module.to(tp.device_of(model))  # the batch stays on the CPU, as the trainer's do
     batch = RolloutBatch(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"].bool(),
                          response_mask=rows["response_mask"], rewards=torch.linspace(0, 1, len(rows["input_ids"])),
                          group_index=rows["group_index"], group_size=3,
-                         sampler_logp=torch.where(rows["response_mask"], reference, 0.0))  # an exact sampler
+                         sampler_logp=torch.where(rows["response_mask"], reference.cpu(), 0.0))  # an exact sampler
     module.prepare_rollout(batch)
     assert tp.max_diff(batch.old_logp, reference, rows["response_mask"]) <= 1e-5

@@ -1,5 +1,8 @@
 """The trainer's two forward paths, built from :mod:`lit_entropy.prefix` and the entropy kernel, and the
-reference they must equal: each row run alone, without padding."""
+reference they must equal: each row run alone, without padding.
+
+Rows may come on the CPU; every function runs them on the model's device (``LIT_ENTROPY_TEST_DEVICE``,
+tests/models/families.py) and returns tensors there."""
 
 from __future__ import annotations
 
@@ -16,10 +19,21 @@ def _stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, t
     return logp, ent
 
 
+def device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def on_model(model: torch.nn.Module, rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``rows``' tensors on the model's device."""
+    device = device_of(model)
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in rows.items()}
+
+
 def unpadded(model: torch.nn.Module, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs and entropy [B, L] (input-aligned) of each row run alone on its real tokens."""
+    rows = on_model(model, rows)
     ids, attn = rows["input_ids"], rows["attention_mask"]
-    logp, ent = torch.zeros(ids.shape), torch.zeros(ids.shape)
+    logp, ent = torch.zeros(ids.shape, device=ids.device), torch.zeros(ids.shape, device=ids.device)
     for i in range(ids.shape[0]):
         n = int(attn[i].sum())
         row = ids[i:i + 1, :n]
@@ -31,7 +45,7 @@ def unpadded(model: torch.nn.Module, rows: dict[str, torch.Tensor]) -> tuple[tor
 
 def whole_rows(model: torch.nn.Module, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole-row pass: right-padded rows in one forward, no attention mask (what the trainer runs)."""
-    ids = rows["input_ids"]
+    ids = on_model(model, rows)["input_ids"]
     shifted, targets = shift_for_causal_lm(model(input_ids=ids).logits, ids)
     logp, ent = _stats(shifted, targets)
     return align_to_input(logp), align_to_input(ent)
@@ -47,10 +61,11 @@ def layout_of(rows: dict[str, torch.Tensor]) -> prefix.PromptLayout:
 def shared_prompts(model: torch.nn.Module, rows: dict[str, torch.Tensor],
                    layout: prefix.PromptLayout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The shared-prompt pass: each prompt encoded once, every response run on its prompt's cache."""
+    rows = on_model(model, rows)
     ids = rows["input_ids"]
-    layout = layout or layout_of(rows)
-    cache = prefix.encode_prompts(model, ids, layout, torch.arange(layout.num_prompts))
-    every = torch.arange(ids.shape[0])
+    layout = prefix.PromptLayout(*(t.to(ids.device) for t in vars(layout or layout_of(rows)).values()))
+    cache = prefix.encode_prompts(model, ids, layout, torch.arange(layout.num_prompts, device=ids.device))
+    every = torch.arange(ids.shape[0], device=ids.device)
     shifted, targets = prefix.response_logits(model, cache, ids, layout, every, int(layout.response_len.max()))
     logp, ent = _stats(shifted, targets)
     width = ids.shape[1]
@@ -59,8 +74,9 @@ def shared_prompts(model: torch.nn.Module, rows: dict[str, torch.Tensor],
 
 def policy_loss(logp: torch.Tensor, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     """A fixed-advantage policy-gradient surrogate over the response tokens."""
-    adv = torch.linspace(-1.0, 1.0, logp.shape[0])[:, None]
-    return -(adv * logp * rows["response_mask"]).sum() / rows["response_mask"].sum()
+    adv = torch.linspace(-1.0, 1.0, logp.shape[0], device=logp.device)[:, None]
+    mask = rows["response_mask"].to(logp.device)
+    return -(adv * logp * mask).sum() / mask.sum()
 
 
 def gradient(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
@@ -70,7 +86,7 @@ def gradient(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((a - b).abs()[mask].max())
+    return float((a - b.to(a.device)).abs()[mask.to(a.device)].max())
 
 
 def sampler_mismatch(model: torch.nn.Module, prompts: list[list[int]], gens: list[list]) -> float:
@@ -80,6 +96,6 @@ def sampler_mismatch(model: torch.nn.Module, prompts: list[list[int]], gens: lis
         for prompt, group in zip(prompts, gens, strict=True):
             for gen in group:
                 row = torch.tensor([prompt + gen.token_ids])
-                ours = unpadded(model, {"input_ids": row, "attention_mask": torch.ones_like(row)})[0]
+                ours = unpadded(model, {"input_ids": row, "attention_mask": torch.ones_like(row)})[0].cpu()
                 worst = max(worst, float((ours[0, len(prompt):] - torch.tensor(gen.logprobs)).abs().max()))
     return worst
