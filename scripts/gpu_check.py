@@ -159,6 +159,10 @@ def pytest_note(log: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python scripts/gpu_check.py {install,versions,warm-start,figures,pytest-note} ...")
+        print(__doc__)
+        return 0
     command, args = argv[0], argv[1:]
     if command == "install":
         return install(Path(args[0]), Path(args[1]), Path(args[2]))
