@@ -131,11 +131,11 @@ def to_host(obj: Any, _storages: dict | None = None) -> Any:
         out = torch.empty(0, dtype=obj.dtype)
         return out.set_(storages[key], obj.storage_offset(), obj.size(), obj.stride())
     if isinstance(obj, dict):
-        copied = type(obj)() if type(obj) is not dict else {}
+        copied = type(obj)()
         for k, v in obj.items():
             copied[k] = to_host(v, storages)
         return copied
-    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+    if type(obj) in (list, tuple):
         return type(obj)(to_host(v, storages) for v in obj)
     return copy.deepcopy(obj)
 

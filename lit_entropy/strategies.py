@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lit_entropy.lora import is_peft
+from lit_entropy.precision import engine_dtype_for
 
 
 class FSDP2Strategy(ModelParallelStrategy):
@@ -61,10 +62,9 @@ def mixed_precision_policy(precision: str | None) -> Any:
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    compute = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(precision))
-    if compute is None:
+    if not str(precision).endswith("-mixed"):
         return None
-    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=getattr(torch, engine_dtype_for(precision)), reduce_dtype=torch.float32)
 
 
 def fully_shard_policy(model: torch.nn.Module, mesh: Any, precision: str | None = None) -> None:

@@ -91,7 +91,7 @@ class HFEngine(RolloutEngine):
         """Autocast to :attr:`dtype` when the weights are wider (the trainer's mixed precision); else nothing."""
         param = next(model.parameters())
         want = getattr(torch, self.dtype)
-        if want == param.dtype or torch.finfo(want).bits >= torch.finfo(param.dtype).bits:
+        if torch.finfo(want).bits >= torch.finfo(param.dtype).bits:
             return contextlib.nullcontext()
         return torch.autocast(param.device.type, dtype=want)
 
