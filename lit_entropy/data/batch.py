@@ -27,6 +27,10 @@ class BatchConfig:
     """Passes over the rollout batch per iteration."""
     micro_batch_size: int = 128
     """Sequences per forward/backward; gradients are accumulated over a minibatch's micro-batches."""
+    micro_batch_tokens: int = 0
+    """A token budget per forward/backward: > 0 fills each micro-batch (rows longest first) with as many rows as
+    fit in this many tokens once padded to its longest row, at most ``micro_batch_size``; short rows then run
+    in larger matmuls. Tokens are those the pass computes: whole rows, or responses on shared prompts. 0 = off."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and draw more prompts to refill the batch."""
     max_sampling_rounds: int = 3
@@ -50,5 +54,8 @@ class BatchConfig:
             raise ValueError(f"batch.group_size={self.group_size!r}: group baselines need an integer G >= 2")
         self.filter_repetition = parse_filter(RepetitionFilter, self.filter_repetition, "batch.filter_repetition")
         self.filter_gibberish = parse_filter(GibberishFilter, self.filter_gibberish, "batch.filter_gibberish")
+        if isinstance(self.micro_batch_tokens, bool) or not isinstance(self.micro_batch_tokens, int) \
+                or self.micro_batch_tokens < 0:
+            raise ValueError(f"batch.micro_batch_tokens={self.micro_batch_tokens!r} must be an integer >= 0 (0 = off)")
         if self.max_sampling_rounds < 0:
             raise ValueError(f"batch.max_sampling_rounds={self.max_sampling_rounds} must be >= 0")

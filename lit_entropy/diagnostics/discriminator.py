@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lit_entropy.diagnostics import vocab_kernels
 from lit_entropy.diagnostics.entropy import _check, _row_chunks
 
 
@@ -49,7 +50,7 @@ def _stats_from_log_probs(log_probs: Tensor, targets: Tensor) -> tuple[Tensor, T
 
 @torch.no_grad()
 def token_scores(
-    logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk_size: int = 1024
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk_size: int = 1024, kernels: str = "auto"
 ) -> tuple[Tensor, Tensor]:
     """Discriminator score ``S`` [B, L] and baseline ``N`` [B, L] (fp32, no gradient).
 
@@ -63,6 +64,7 @@ def token_scores(
     :func:`lit_entropy.diagnostics.entropy.shift_for_causal_lm` first). ``targets`` must be valid
     vocabulary indices everywhere (padding included). The ``B·L`` rows are handled ``chunk_size`` at a
     time and cast to fp32 per chunk, so the extra memory is O(chunk_size·V) whatever the input dtype.
+    ``kernels``: as :func:`lit_entropy.diagnostics.entropy.token_logprobs_and_entropy`'s.
     """
     _check(logits, targets, temperature, chunk_size)
     batch, length, _ = logits.shape
@@ -70,7 +72,11 @@ def token_scores(
     total = batch * length
     score = torch.empty(total, dtype=torch.float32, device=logits.device)
     baseline = torch.empty(total, dtype=torch.float32, device=logits.device)
+    compiled = vocab_kernels.compiles(kernels, logits)
     for start, end, rows in _row_chunks(logits.detach(), chunk_size):
+        if compiled:
+            score[start:end], baseline[start:end] = _fused_stats(rows, flat_targets[start:end], temperature)[2:]
+            continue
         log_probs = torch.log_softmax(rows.float() / temperature, dim=-1)
         score[start:end], baseline[start:end] = _stats_from_log_probs(log_probs, flat_targets[start:end])[2:]
         del log_probs
@@ -78,22 +84,39 @@ def token_scores(
 
 
 @torch.no_grad()
+def _fused_stats(rows: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(log p_t, H, S, N)`` of one chunk on the compiled kernels (:mod:`lit_entropy.diagnostics.vocab_kernels`):
+    ``lse``, ``H`` and ``log p_t`` exactly as the compiled entropy pass computes them."""
+    lse, entropy = vocab_kernels.call(vocab_kernels.lse_entropy, True, rows, temperature)
+    logp_t = vocab_kernels.target_logprobs(rows, targets, lse, temperature)
+    baseline = vocab_kernels.call(vocab_kernels.baseline, True, rows, lse, entropy, temperature)
+    p_t = logp_t.exp()
+    score = torch.where(p_t > 0, p_t * (entropy + logp_t), 0.0)
+    return logp_t, entropy, score, baseline
+
+
 def token_logprobs_entropy_and_scores(
-    logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk_size: int = 1024
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk_size: int = 1024, kernels: str = "auto"
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``log p(target)``, entropy ``H``, ``S`` and ``N`` [B, L] (fp32, no gradient) from ONE ``log_softmax`` per
     chunk: the pre-update pass with the diagnostics on needs all four, and the vocabulary-wide passes (49k
     columns on a real model) cost as much as the model's forward. ``log p`` and ``H`` are computed with the same
-    ops as :func:`lit_entropy.diagnostics.entropy.token_logprobs_and_entropy`, so they equal its values."""
+    ops as :func:`lit_entropy.diagnostics.entropy.token_logprobs_and_entropy` (with the same ``kernels``), so they
+    equal its values."""
     _check(logits, targets, temperature, chunk_size)
     batch, length, _ = logits.shape
     flat_targets = targets.reshape(-1).long()
+    compiled = vocab_kernels.compiles(kernels, logits)
     out = [torch.empty(batch * length, dtype=torch.float32, device=logits.device) for _ in range(4)]
     for start, end, rows in _row_chunks(logits.detach(), chunk_size):
-        log_probs = torch.log_softmax(rows.float() / temperature, dim=-1)
-        for o, value in zip(out, _stats_from_log_probs(log_probs, flat_targets[start:end]), strict=True):
+        if compiled:
+            values = _fused_stats(rows, flat_targets[start:end], temperature)
+        else:
+            log_probs = torch.log_softmax(rows.float() / temperature, dim=-1)
+            values = _stats_from_log_probs(log_probs, flat_targets[start:end])
+            del log_probs
+        for o, value in zip(out, values, strict=True):
             o[start:end] = value
-        del log_probs
     logp, entropy, score, baseline = (o.view(batch, length) for o in out)
     return logp, entropy, score, baseline
 

@@ -14,6 +14,10 @@ targets and the fp32 entropy, and recomputes the softmax chunk by chunk in the b
 * ``∂H_t/∂z_v = −p_v (log p_v + H_t)``
 
 and ``∂/∂logits = ∂/∂z / T``.
+
+With ``kernels="compiled"`` (or ``"auto"`` on a wide vocabulary, the default) each chunk's statistics and its
+gradient come from the fused kernels of :mod:`lit_entropy.diagnostics.vocab_kernels` instead (the same
+formulas; the forward keeps each row's ``logsumexp`` for the backward instead of recomputing the softmax).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from lit_entropy.diagnostics import vocab_kernels
 
 
 def _check(logits: Tensor, targets: Tensor, temperature: float, chunk_size: int) -> None:
@@ -62,8 +68,12 @@ def _row_chunks(logits: Tensor, chunk_size: int):
 class _ChunkedLogpEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool
+        ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool,
+        compiled: bool = False,
     ):
+        if compiled:
+            return _FusedLogpEntropy.forward(ctx, logits, targets, temperature, chunk_size, with_entropy)
+        ctx.compiled = False
         batch, length, _ = logits.shape
         flat_targets = targets.reshape(-1)
         total = batch * length
@@ -88,6 +98,8 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
+        if ctx.compiled:
+            return _FusedLogpEntropy.backward(ctx, grad_logp, grad_entropy)
         logits, flat_targets, entropy = ctx.saved_tensors
         if not ctx.with_entropy:
             grad_entropy = None
@@ -108,7 +120,42 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
                 g -= g_ent[start:end, None] * probs * (log_probs + entropy[start:end, None])
             grad[start:end] = (g / ctx.temperature).to(logits.dtype)
             del log_probs, probs, g
-        return grad.view(batch, length, vocab), None, None, None, None
+        return grad.view(batch, length, vocab), None, None, None, None, None
+
+
+class _FusedLogpEntropy:
+    """:class:`_ChunkedLogpEntropy`'s forward and backward on the compiled kernels; it keeps each row's
+    ``logsumexp`` and entropy (fp32 [N]) for the backward, which then needs one fused loop per chunk."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool):
+        batch, length, _ = logits.shape
+        flat_targets = targets.reshape(-1)
+        total = batch * length
+        logp = torch.empty(total, dtype=torch.float32, device=logits.device)
+        entropy = torch.empty(total, dtype=torch.float32, device=logits.device)
+        lse = torch.empty(total, dtype=torch.float32, device=logits.device)
+        for start, end, rows in _row_chunks(logits, chunk_size):
+            t = flat_targets[start:end]
+            lse[start:end], entropy[start:end] = vocab_kernels.call(vocab_kernels.lse_entropy, True, rows, temperature)
+            logp[start:end] = vocab_kernels.target_logprobs(rows, t, lse[start:end], temperature)
+        ctx.save_for_backward(logits, flat_targets, entropy, lse)
+        ctx.compiled, ctx.temperature, ctx.chunk_size, ctx.with_entropy = True, temperature, chunk_size, with_entropy
+        return logp.view(batch, length), entropy.view(batch, length) if with_entropy else None
+
+    @staticmethod
+    def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
+        logits, flat_targets, entropy, lse = ctx.saved_tensors
+        batch, length, vocab = logits.shape
+        zeros = torch.zeros(batch * length, dtype=torch.float32, device=logits.device)
+        g_logp = grad_logp.reshape(-1).float() if grad_logp is not None else zeros
+        g_ent = grad_entropy.reshape(-1).float() if grad_entropy is not None and ctx.with_entropy else zeros
+        grad = torch.empty((batch * length, vocab), dtype=logits.dtype, device=logits.device)
+        for start, end, rows in _row_chunks(logits, ctx.chunk_size):
+            s = slice(start, end)
+            grad[s] = vocab_kernels.call(vocab_kernels.logits_grad, True, rows, flat_targets[s], lse[s], entropy[s],
+                                         g_logp[s], g_ent[s], ctx.temperature)
+        return grad.view(batch, length, vocab), None, None, None, None, None
 
 
 def token_logprobs_and_entropy(
@@ -117,17 +164,20 @@ def token_logprobs_and_entropy(
     temperature: float = 1.0,
     chunk_size: int = 1024,
     with_entropy: bool = True,
+    kernels: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """``log p(target)`` [B, L] and entropy ``H = −Σ_v p_v log p_v`` [B, L] of ``softmax(logits / T)``.
 
     Both fp32, computed over chunks of ``chunk_size`` flattened rows (peak extra memory
     O(chunk_size·V)). ``logits[:, t]`` is the prediction for ``targets[:, t]``: shift first with
     :func:`shift_for_causal_lm`. Differentiable w.r.t. ``logits`` through both outputs; the gradient
-    has the dtype of ``logits``. The entropy is ``None`` when ``with_entropy`` is False.
+    has the dtype of ``logits``. The entropy is ``None`` when ``with_entropy`` is False. ``kernels``:
+    ``eager``, ``compiled`` or ``auto`` (:mod:`lit_entropy.diagnostics.vocab_kernels`).
     """
     _check(logits, targets, temperature, chunk_size)
     logp, entropy = _ChunkedLogpEntropy.apply(
-        logits, targets.long(), float(temperature), chunk_size, with_entropy
+        logits, targets.long(), float(temperature), chunk_size, with_entropy,
+        vocab_kernels.compiles(kernels, logits),
     )
     return logp, entropy
 

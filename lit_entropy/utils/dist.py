@@ -47,31 +47,49 @@ def num_steps(n: int, step: int, world: int | None = None) -> int:
     return max(1, math.ceil(chunks / world))
 
 
+def cut(order: torch.Tensor, step: int, lengths: torch.Tensor | None = None, tokens: int = 0) -> list[torch.Tensor]:
+    """``order`` (rows, longest first) cut into consecutive micro-batches of ``step`` rows, or, with a token
+    budget ``tokens`` > 0 and ``lengths``, of as many rows (at least one, at most ``step``) as fit in ``tokens``
+    once padded to the micro-batch's first (longest) row."""
+    if tokens <= 0 or lengths is None:
+        return [order[k : k + step] for k in range(0, len(order), step)]
+    out, k = [], 0
+    while k < len(order):
+        width = max(1, int(lengths[order[k]]))
+        take = min(step, len(order) - k, max(1, tokens // width))
+        out.append(order[k : k + take])
+        k += take
+    return out
+
+
 def micro_batches(
-    n: int, step: int, lengths: torch.Tensor | None = None, world: int | None = None, rank_: int | None = None
+    n: int, step: int, lengths: torch.Tensor | None = None, world: int | None = None, rank_: int | None = None,
+    tokens: int = 0,
 ) -> Iterator[tuple[torch.Tensor, bool, int | None]]:
     """``(rows, padding, width)`` for each of this rank's micro-batches of ``n`` rows.
 
     The rows are ordered (longest first by ``lengths``, a stable sort; row order without them), cut into
-    micro-batches of ``step`` rows, and the micro-batches are dealt round-robin to the ranks. The
+    micro-batches of ``step`` rows (with ``tokens`` > 0, as many rows as fit in that many padded tokens, at most
+    ``step``: :func:`cut`), and the micro-batches are dealt round-robin to the ranks. The
     micro-batches themselves never depend on the number of ranks, so every row is computed in the same
     company, with the same shapes, on one rank or on W: per-row results are bitwise the same. ``width``
     is the longest length in the micro-batch (None without ``lengths``): the caller cuts the columns to
-    it, so short rows are not padded up to the batch's longest. Every rank gets :func:`num_steps`
-    micro-batches; where a rank has run out, ``padding`` is True and ``rows`` is row 0, to be run with
+    it, so short rows are not padded up to the batch's longest. Every rank gets as many micro-batches as the
+    rank that gets most (:func:`num_steps` without a token budget); where a rank has run out, ``padding`` is True and ``rows`` is row 0, to be run with
     zero weight.
     """
     world = world_size() if world is None else world
     rank_ = rank() if rank_ is None else rank_
     order = torch.arange(n) if lengths is None else torch.sort(lengths.long(), descending=True, stable=True).indices
-    mine = [order[k : k + step] for k in range(0, n, step)][rank_::world]
+    chunks = cut(order, step, lengths, tokens)
+    mine = chunks[rank_::world]
 
     def width(rows: torch.Tensor) -> int | None:
         if lengths is None:
             return None
         return max(1, int(lengths[rows].max())) if lengths.numel() else 1
 
-    for k in range(num_steps(n, step, world)):
+    for k in range(max(1, math.ceil(len(chunks) / world))):
         rows, padding = (mine[k], False) if k < len(mine) else (torch.zeros(1, dtype=torch.long), True)
         yield rows, padding, width(rows)
 

@@ -90,3 +90,25 @@ def test_the_reduction_runs_on_the_modules_device_not_on_a_keys(monkeypatch, bac
     out = dist.all_reduce_sum({"a_padding": torch.zeros(()), "loss": torch.tensor(2.0)}, device="meta")
     assert seen == [collective_on]
     assert {v.device.type for v in out.values()} == {"meta"} and set(out) == {"a_padding", "loss"}
+
+
+def test_a_token_budget_fills_micro_batches_by_padded_tokens_longest_first():
+    lengths = torch.tensor([10, 40, 12, 20, 30, 11, 9, 41])
+    out = [(r.tolist(), w) for r, _, w in dist.micro_batches(8, 8, lengths, tokens=80)]
+    # sorted 41, 40, 30, 20, 12, 11, 10, 9: 2 x 41 > 80 (one row), 2 x 40, 4 x 20, the rest
+    assert out == [([7], 41), ([1, 4], 40), ([3, 2, 5, 0], 20), ([6], 9)]
+    assert all(len(r) * w <= 80 or len(r) == 1 for r, w in out)
+    assert sorted(i for r, _ in out for i in r) == list(range(8))
+    capped = [r.tolist() for r, _, _ in dist.micro_batches(8, 2, lengths, tokens=1000)]
+    assert capped == [[7, 1], [4, 3], [2, 5], [0, 6]]  # micro_batch_size stays the cap
+    assert [r.tolist() for r, _, _ in dist.micro_batches(3, 2, torch.tensor([500, 3, 3]), tokens=100)] == [[0], [1, 2]]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_token_budget_micro_batches_are_dealt_like_row_count_ones(world):
+    lengths = torch.randint(1, 60, (29,), generator=torch.Generator().manual_seed(5))
+    single = [tuple(r.tolist()) for r, _, _ in dist.micro_batches(29, 16, lengths, world=1, rank_=0, tokens=120)]
+    per_rank = [list(dist.micro_batches(29, 16, lengths, world=world, rank_=r, tokens=120)) for r in range(world)]
+    assert len({len(p) for p in per_rank}) == 1  # every rank runs as many (padding ones where it ran out)
+    real = [tuple(r.tolist()) for p in per_rank for r, padding, _ in p if not padding]
+    assert sorted(real) == sorted(single)
