@@ -125,6 +125,12 @@ def test_shared_prompt_passes_equal_whole_rows_on_the_real_weights(model_and_tok
         for logp, ent in (tp.whole_rows(model, batch), tp.shared_prompts(model, batch)):
             assert tp.max_diff(logp, ref_logp, resp) <= 1e-4 and tp.max_diff(ent, ref_ent, resp) <= 1e-4
     assert (ref_ent[resp] >= 0).all() and (ref_ent[resp] <= math.log(49152) + 1e-4).all()
+    # the passes a run takes: compiled vocabulary kernels (auto picks them at 49k columns), a token budget
+    ref_grad = tp.gradient(model, tp.policy_loss(tp.unpadded(model, batch)[0], batch))
+    for share in (False, True):
+        logp, ent, grad = tp.package_passes(model, batch, share, kernels="auto", tokens=40, micro_batch_size=3)
+        assert tp.max_diff(logp, ref_logp, resp) <= 1e-4 and tp.max_diff(ent, ref_ent, resp) <= 1e-4
+        assert float((grad - ref_grad).norm() / ref_grad.norm()) <= 1e-4
 
 
 def test_vllm_loads_the_folder_stops_at_im_end_and_matches_the_trainer_in_fp32(folder, model_and_tok):

@@ -56,6 +56,21 @@ def test_trainer_paths_equal_each_row_alone(family):
         assert relative(tp.gradient(model, tp.policy_loss(logp, rows)), ref_grad) <= TOL
 
 
+@pytest.mark.parametrize("family", families("qwen3", "gpt2"))
+def test_the_package_passes_with_compiled_kernels_and_a_token_budget_equal_each_row_alone(family):
+    """The passes a run takes (:mod:`lit_entropy.passes`): the compiled vocabulary kernels and token-budget
+    micro-batches, whole rows and shared prompts, values and the update's gradient, against each row alone."""
+    model = tiny_model(family)
+    rows = grouped_rows((2, 3, 5), 3)  # within every window: shared prompts are exact on every family
+    mask = rows["response_mask"]
+    ref_logp, ref_ent = tp.unpadded(model, rows)
+    ref_grad = tp.gradient(model, tp.policy_loss(ref_logp, rows))
+    for share in (False, True):
+        logp, ent, grad = tp.package_passes(model, rows, share, kernels="compiled", tokens=12)
+        assert tp.max_diff(logp, ref_logp, mask) <= TOL and tp.max_diff(ent, ref_ent, mask) <= TOL
+        assert relative(grad, ref_grad) <= TOL
+
+
 def sampled_vs_trainer(model, prompts: list[list[int]], max_new_tokens: int) -> tuple[float, int]:
     """Largest |sampler − trainer| log-prob of HF-engine samples, and how often the shared prefill ran."""
     engine = HFEngine("", eos_id=2, pad_id=0, share_prefill=True)

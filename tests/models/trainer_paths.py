@@ -99,3 +99,28 @@ def sampler_mismatch(model: torch.nn.Module, prompts: list[list[int]], gens: lis
                 ours = unpadded(model, {"input_ids": row, "attention_mask": torch.ones_like(row)})[0].cpu()
                 worst = max(worst, float((ours[0, len(prompt):] - torch.tensor(gen.logprobs)).abs().max()))
     return worst
+
+
+def package_passes(model: torch.nn.Module, rows: dict[str, torch.Tensor], share_prompts: bool, kernels: str,
+                   tokens: int, micro_batch_size: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The package's own passes (:mod:`lit_entropy.passes`) with vocabulary ``kernels`` and a token budget: the
+    pass without gradient's log-probs and entropy [B, L], and the gradient of :func:`policy_loss` accumulated over
+    the update's micro-batches (with the shared-prompt pass's backward)."""
+    from lit_entropy import passes
+
+    rows = on_model(model, rows)
+    fwd = passes.Forward(model, micro_batch_size, TEMPERATURE, logit_chunk_size=64, device=device_of(model),
+                         vocab_kernels=kernels, micro_batch_tokens=tokens)
+    stats = passes.for_rows(fwd, rows, share_prompts).no_grad(with_entropy=True)
+    adv = torch.linspace(-1.0, 1.0, rows["input_ids"].shape[0], device=device_of(model))[:, None]
+    total = rows["response_mask"].sum()
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.zero_grad(set_to_none=True)
+    rp = passes.for_rows(fwd, rows, share_prompts)
+    for mb in rp.micro_batches():
+        mask = mb.fields["response_mask"]
+        (-(adv[mb.rows.to(adv.device)] * mb.logp * mask).sum() / total).backward()
+    rp.finish_backward(lambda loss: loss.backward())
+    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+    model.zero_grad(set_to_none=True)
+    return stats.logp.to(grad.device), stats.entropy.to(grad.device), grad
