@@ -86,7 +86,7 @@ def gradient(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((a - b.to(a.device)).abs()[mask.to(a.device)].max())
+    return float((a.detach() - b.detach().to(a.device)).abs()[mask.to(a.device)].max())
 
 
 def sampler_mismatch(model: torch.nn.Module, prompts: list[list[int]], gens: list[list]) -> float:
