@@ -3,7 +3,10 @@
 Every ``every_n_iterations`` RL iterations (and after the last one; with ``at_start`` also once before the
 first update, logged at step 0, so a curve starts from the policy training began with) it samples ``n`` completions for
 each of ``num_problems`` evaluation problems with the run's own sampler (engine, top_p and stop strings as
-in training; ``temperature`` and ``max_new_tokens`` may differ) and scores them with the task's reward.
+in training; ``temperature`` and ``max_new_tokens`` may differ) and scores them with the task's reward. An
+evaluation after iteration k is logged with that iteration's metrics, at step k (lit_entropy/log_steps.py). The
+evaluation after the last iteration draws ``final_n`` samples per problem and reports pass@k for ``final_ks`` where
+they are set (a study reads its large-k pass@k there only, and pays for 64 samples once).
 
 Which problems: a prompt source with splits (generated arithmetic) gives its ``held_out`` split, disjoint from
 every training problem by construction, and its ``transfer`` split; each is evaluated greedy (with ``greedy``) and
@@ -38,12 +41,15 @@ class PeriodicEvalCallback(pl.Callback):
         seed: int = 0,
         at_start: bool = False,
         greedy: bool = True,
+        final_n: int | None = None,
+        final_ks: Sequence[int] | None = None,
     ) -> None:
-        if every_n_iterations < 1 or num_problems < 1 or n < 1:
-            raise ValueError("callbacks.eval: every_n_iterations, num_problems and n must be >= 1")
-        bad = [k for k in ks if not 1 <= int(k) <= n]
-        if bad:
-            raise ValueError(f"callbacks.eval.ks={list(ks)}: every k must be in [1, n={n}]")
+        if every_n_iterations < 1 or num_problems < 1 or n < 1 or (final_n is not None and final_n < 1):
+            raise ValueError("callbacks.eval: every_n_iterations, num_problems, n and final_n must be >= 1")
+        for name, kk, nn in (("ks", ks, n), ("final_ks", final_ks or (), final_n or n)):
+            bad = [k for k in kk if not 1 <= int(k) <= nn]
+            if bad:
+                raise ValueError(f"callbacks.eval.{name}={list(kk)}: every k must be in [1, {nn}]")
         self.every = every_n_iterations
         self.num_problems = num_problems
         self.n = n
@@ -53,23 +59,29 @@ class PeriodicEvalCallback(pl.Callback):
         self.seed = seed
         self.at_start = bool(at_start)
         self.greedy = bool(greedy)
+        self.final_n = int(final_n) if final_n is not None else n
+        self.final_ks = tuple(int(k) for k in final_ks) if final_ks else self.ks
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """With ``at_start``: the policy before any update (not again when a run resumes)."""
         if not self.at_start or trainer.current_epoch > 0 or trainer.global_step > 0:
             return
         metrics = self._evaluate(trainer, pl_module)
-        for logger in trainer.loggers:  # at step 0, before the first iteration's metrics
+        for logger in trainer.loggers:  # at step 0 = iteration 0, before the first iteration's (step 1)
             logger.log_metrics(metrics, step=0)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After iteration k = ``current_epoch + 1``: logged with the iteration's values, at step k."""
         it = trainer.current_epoch
         last = trainer.max_epochs is not None and it + 1 >= trainer.max_epochs
         if (it + 1) % self.every and not last:
             return
-        pl_module.log_dict(self._evaluate(trainer, pl_module), on_step=False, on_epoch=True, batch_size=1)
+        n, ks = (self.final_n, self.final_ks) if last else (self.n, self.ks)
+        pl_module.log_dict(self._evaluate(trainer, pl_module, n, ks), on_step=False, on_epoch=True, batch_size=1)
 
-    def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
+    def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, n: int | None = None,
+                  ks: Sequence[int] | None = None) -> dict[str, float]:
+        n, ks = n or self.n, ks or self.ks
         dm = trainer.datamodule
         bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
         changes = {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
@@ -80,9 +92,9 @@ class PeriodicEvalCallback(pl.Callback):
             return dm.encode_prompt(pl_module.tokenizer, text)
 
         if hasattr(dm.prompts, "eval_splits"):
-            result = evaluate_splits(bundle, dm.prompts, sampler, self.num_problems, n=self.n, ks=self.ks,
+            result = evaluate_splits(bundle, dm.prompts, sampler, self.num_problems, n=n, ks=ks,
                                      seed=self.seed, greedy=self.greedy, encode=encode)
         else:
             prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
-            result = evaluate(bundle, prompts, sampler, n=self.n, ks=self.ks, seed=self.seed, encode=encode)
+            result = evaluate(bundle, prompts, sampler, n=n, ks=ks, seed=self.seed, encode=encode)
         return {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}

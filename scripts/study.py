@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.ArgumentParser) -> int:
     """``--protocol``: dry-run, check or run one phase (see the module docstring)."""
-    from lit_entropy.analysis.protocol import load_protocol, run_phase
+    from lit_entropy.analysis.protocol import load_protocol
+    from lit_entropy.analysis.protocol_phases import run_phase
     from lit_entropy.analysis.protocol_preview import check_points, dry_run, phase_points
     from lit_entropy.analysis.records import export_records, import_records
 

@@ -4,7 +4,8 @@ Each *cell* is one ``(algo, controller)`` pair (or ``(algo@variant, controller)`
 of overrides such as a deliberate sampler/trainer disagreement); each of its runs is ``scripts/train.py`` with
 ``algo=<algo> callbacks/entropy=<controller> seed=<s>``, the periodic evaluation switched on for the
 last iteration, and the run folder fixed (``<out>/runs/<algo>+<controller>/seed<s>``), so that an
-interrupted study resumes: a run whose folder holds ``done.json`` is not run again. Runs go seed by seed
+interrupted study resumes: a run whose folder holds ``done.json`` is not run again, an unfinished one continues
+from its ``checkpoints/last.ckpt`` in its folder (or starts over when it has none). Runs go seed by seed
 (every cell's seed 0, then every cell's seed 1, ...), so a study cut short still covers every cell.
 
 With ``lanes > 1`` several runs go at once, each pinned to its own share of the CPU cores (affinity, OpenMP
@@ -70,6 +71,13 @@ class StudyPlan:
     """The k of the ``eval/pass@k`` (each <= ``eval_n``)."""
     eval_every: int | None = None
     """Evaluate every this many iterations as well as after the last (None: after the last only)."""
+    eval_final_n: int | None = None
+    """Samples per problem of the evaluation after the last iteration, where it differs from ``eval_n``."""
+    eval_final_ks: tuple[int, ...] = ()
+    """The k of that last evaluation's pass@k (with ``eval_final_n``)."""
+    keep_checkpoints: bool = True
+    """False: a finished run's ``checkpoints/`` is deleted (a real model's are ~1.6 GB each; the summary reads
+    the event files)."""
     overrides: list[str] = field(default_factory=list)
     """Further Hydra overrides given to every run."""
     variants: dict[str, list[str]] = field(default_factory=dict)
@@ -136,6 +144,8 @@ def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: P
         "callbacks/eval=periodic", f"callbacks.eval.every_n_iterations={plan.eval_every or plan.iterations}",
         f"callbacks.eval.num_problems={plan.eval_problems}", f"callbacks.eval.n={plan.eval_n}",
         f"callbacks.eval.ks=[{','.join(map(str, plan.eval_ks))}]",
+        *((f"callbacks.eval.final_n={plan.eval_final_n}", f"callbacks.eval.final_ks=[{','.join(map(str, plan.eval_final_ks))}]")
+          if plan.eval_final_n else ()),
         f"hydra.run.dir={run_dir(out, algo, controller, seed)}",
         *plan.overrides,
         *plan.variants.get(variant, []),
@@ -177,12 +187,16 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
     folder = run_dir(out, algo, controller, seed)
     cmd = train_command(plan, algo, controller, seed, out, train_script)
     log(f"[study] {cell_name(algo, controller)} seed {seed}" + (f" (cores {cores})" if cores else ""))
-    if folder.exists():  # an interrupted or failed run: its event files would merge with the new run's
+    last = folder / "checkpoints" / "last.ckpt"
+    if last.is_file():  # interrupted after an iteration boundary: continue it in its folder (TensorBoard purges
+        log(f"[study]   resuming the unfinished run from {last}")  # what it logged after that boundary)
+        cmd.append(f"ckpt_path={last.resolve()}")
+    elif folder.exists():  # interrupted before any checkpoint, or failed: its event files would merge with a new run's
         log(f"[study]   clearing the unfinished run in {folder}")
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(folder / "study_stdout.log", "w") as fh:
+    with open(folder / "study_stdout.log", "a") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=None if cores is None else lane_env(cores))
         if cores is not None:  # before the interpreter has started any thread; later threads inherit it
             os.sched_setaffinity(proc.pid, cores)
@@ -194,6 +208,8 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
         (folder / "failed.json").write_text(json.dumps(status, indent=1))
         return
     (folder / "done.json").write_text(json.dumps(status, indent=1))
+    if not plan.keep_checkpoints:
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------- summary
@@ -242,6 +258,8 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "pass@16": last("eval/pass@16"),
         "pass@64": last("eval/pass@64"),
         "pass@64_peak": peak("eval/pass@64"),
+        **split_metrics(s),
+        **predicted_entropy_change(raw),
         "law_ceiling": law_ceiling(h, acc),
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
         "s_per_it": seconds_per_iteration(folder),
@@ -250,6 +268,41 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "masked": statistics.mean(masked) if masked else None,
         **dose_metrics(s, run_config(folder)),
     }
+
+
+SPLITS = {"ho": ("held_out", "held-out"), "tr": ("transfer", "transfer")}
+"""A task with evaluation splits (the real-LM arithmetic) logs ``eval/<split>/<greedy|sampled>/<metric>``; its run
+summary's keys are ``<prefix>_<metric>`` (``ho_pass@64``, ``tr_greedy``), the last evaluation's values."""
+SPLIT_METRICS = {"greedy": ("greedy", "pass@1", "greedy pass@1"), "pass@1": ("sampled", "pass@1", "pass@1"),
+                 "pass@8": ("sampled", "pass@8", "pass@8"), "pass@64": ("sampled", "pass@64", "pass@64"),
+                 "format": ("sampled", "format", "format"), "length": ("sampled", "length", "length")}
+"""Summary metric -> (mode, logged metric, heading) of each split."""
+
+
+def split_metrics(s: dict[str, list[float]]) -> dict[str, float | None]:
+    """The last evaluation's value of each split metric (None where the run did not log it)."""
+    return {f"{p}_{m}": (s.get(f"eval/{split}/{mode}/{tag}") or [None])[-1]
+            for p, (split, _) in SPLITS.items() for m, (mode, tag, _) in SPLIT_METRICS.items()}
+
+
+def predicted_entropy_change(raw: dict[str, list[tuple[int, float]]]) -> dict[str, float | None]:
+    """How well ``diag/dH_pred`` of iteration k−1 (the first-order prediction, Wang et al. 2026) foretells
+    ``diag/dH_actual`` of iteration k (the realised change, logged when it becomes known): their Pearson
+    correlation over the run (``dh_corr``) and the fraction of iterations whose signs agree (``dh_sign``).
+    None with fewer than 3 pairs or a constant series."""
+    pred, actual = raw.get("diag/dH_pred", []), raw.get("diag/dH_actual", [])
+    if len(pred) < 2 or len(actual) < 2:
+        return {"dh_corr": None, "dh_sign": None}
+    # dH_actual has no value at the first iteration: pair each prediction with the next logged realisation.
+    pairs = list(zip([v for _, v in pred][:-1], [v for _, v in actual][-(len(pred) - 1):], strict=False))
+    if len(pairs) < 3:
+        return {"dh_corr": None, "dh_sign": None}
+    xs, ys = zip(*pairs, strict=True)
+    try:
+        corr = statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        corr = None
+    return {"dh_corr": corr, "dh_sign": sum((x > 0) == (y > 0) for x, y in pairs) / len(pairs)}
 
 
 LAW_FIT_FRACTION = 1 / 3
@@ -278,7 +331,9 @@ COLUMNS = {"h_final": "H final", "h_min": "H min", "acc_last5": "acc (last 5)", 
            "acc_peak20": "acc (best 20)", "pass@1": "pass@1", "pass@8": "pass@8", "pass@16": "pass@16",
            "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling",
            "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
-           "masked": "masked frac", **DOSE_COLUMNS}
+           "masked": "masked frac", "dh_corr": "corr(dH pred, dH)", "dh_sign": "dH sign agrees",
+           **{f"{p}_{m}": f"{name} {head}" for p, (_, name) in SPLITS.items() for m, (*_, head) in SPLIT_METRICS.items()},
+           **DOSE_COLUMNS}
 """Every column a run summary has, and its heading (``dose``: the cell's method's dose, lit_entropy/analysis/dose.py)."""
 DEFAULT_COLUMNS = ("h_final", "acc_last5", "pass@1", "pass@8", "band_error", "s_per_it", "dose")
 

@@ -15,30 +15,33 @@ pass@64), the baseline, the claims to judge, the interval rule and, per method, 
   baseline at another setting, e.g. at the step size the other methods run at) also runs on every evaluation
   seed; it is never a pick, and the report says which labels would change were it the baseline.
 
+Per phase, ``tune`` may give its own run length and a cheaper evaluation to pick by; ``calibrate`` names keys of the
+baseline's grid (a learning rate) whose pick every other method then runs with; a method may have its own
+``evaluation_seeds`` (more for the baseline and the methods nearest it).
+
 Runs go through :func:`lit_entropy.analysis.method_study.run_study` (resumable, seed by seed, ``lanes`` at a
 time); a point is a *variant* of its algo, so a run folder is ``<out>/<phase>/runs/<algo>@<point>+<controller>/seed<s>``.
+The phases run and write their reports in :mod:`lit_entropy.analysis.protocol_phases`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
+import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.analysis.dose import dose_legend, method_dose, method_of
+from lit_entropy.analysis.dose import method_dose, method_of
 from lit_entropy.analysis.method_study import (
     COLUMNS,
     StudyPlan,
     finished,
     run_dir,
-    run_study,
     run_summary,
-    summarise,
 )
-from lit_entropy.analysis.verdicts import Claim, IntervalRule, Verdict, judge, verdict_report
+from lit_entropy.analysis.verdicts import Claim, IntervalRule
 
 PHASES = ("tune", "evaluate")
 
@@ -47,6 +50,12 @@ def eval_columns(ks: list[int]) -> tuple[str, ...]:
     """The evaluation table's columns: final entropy, each eval pass@k the study has a column for, the
     last-20 training accuracy, the dose and seconds per iteration."""
     return ("h_final", *(f"pass@{k}" for k in ks if f"pass@{k}" in COLUMNS), "acc_last20", "dose", "s_per_it")
+
+
+def pass_k(metric: str) -> int | None:
+    """The k of a pass@k summary metric (``pass@64``, ``ho_pass@64``, ``pass@64_peak``), else None."""
+    found = re.search(r"(?:^|_)pass@(\d+)", metric)
+    return int(found.group(1)) if found else None
 
 
 def hydra_value(v: Any) -> str:
@@ -96,6 +105,8 @@ class MethodSpec:
     fixed: list[str] = field(default_factory=list)
     grid: dict[str, list[Any]] = field(default_factory=dict)
     claims: list[Claim] | None = None
+    evaluation_seeds: list[int] | None = None
+    """This method's evaluation seeds where they differ from the protocol's (more for the baseline, say)."""
 
     def points(self) -> list[Point]:
         """Every combination of the grid's values, the first key varying slowest."""
@@ -131,6 +142,16 @@ class Protocol:
     controls: list[list[str]] = field(default_factory=list)
     """Each a list of overrides making the baseline a control: run on the evaluation seeds, never picked; the report
     re-judges every claim against it."""
+    tune: dict[str, Any] = field(default_factory=dict)
+    """The tuning phase's own ``iterations`` and ``eval`` where they differ from the evaluation's (a cheaper
+    evaluation to pick by, say); the criterion is read from that evaluation."""
+    calibrate: list[str] = field(default_factory=list)
+    """Keys of the baseline's grid whose picked values every other method runs with in ``evaluate`` (a learning
+    rate with no meaning across scales is calibrated on the baseline once), unless the method sets the key itself."""
+    columns: list[str] | None = None
+    """The evaluation table's columns (default :func:`eval_columns` of ``eval.ks``)."""
+    keep_checkpoints: bool = True
+    """False: each finished run's checkpoints are deleted (what resume needs is kept until the run is done)."""
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher
@@ -144,15 +165,39 @@ class Protocol:
             raise ValueError(f"protocol {self.name}: no tuning_seeds")
         if self.baseline not in self.methods:
             raise ValueError(f"protocol {self.name}: baseline {self.baseline!r} is not one of its methods {list(self.methods)}")
+        for m in self.methods.values():
+            seeds = set(self.seeds_of(m.name))
+            if seeds & set(self.tuning_seeds) or len(seeds) < self.min_evaluation_seeds:
+                raise ValueError(f"protocol {self.name}: methods.{m.name}.evaluation_seeds {sorted(seeds)} must be at least "
+                                 f"{self.min_evaluation_seeds} seeds, none of them a tuning seed")
+        if set(self.tune) - {"iterations", "eval"}:
+            raise ValueError(f"protocol {self.name}: tune keys {sorted(set(self.tune) - {'iterations', 'eval'})}; "
+                             "the keys are ['eval', 'iterations']")
+        loose = set(self.calibrate) - set(self.methods[self.baseline].grid)
+        if loose:
+            raise ValueError(f"protocol {self.name}: calibrate {sorted(loose)} are not keys of {self.baseline}'s grid")
         for c in self.controls:
             if not isinstance(c, list) or not c or any(not isinstance(o, str) or "=" not in o for o in c):
                 raise ValueError(f"protocol {self.name}: controls entry {c!r} is not a list of key=value overrides")
-        ks = set(self.eval["ks"])
-        for metric in [*self.criterion, *(c.metric for m in self.methods.values() for c in self.claims_of(m.name))]:
-            if metric not in COLUMNS:
-                raise ValueError(f"protocol {self.name}: {metric!r} is not a run-summary column ({list(COLUMNS)})")
-            if metric.startswith("pass@") and int(metric.split("@")[1].split("_")[0]) not in ks:
-                raise ValueError(f"protocol {self.name}: {metric} needs {metric.split('@')[1]} in eval.ks {sorted(ks)}")
+        claimed = [c.metric for m in self.methods.values() for c in self.claims_of(m.name)]
+        for metrics, phase in ((self.criterion, "tune"), ([*claimed, *(self.columns or [])], "evaluate")):
+            ev = self.phase_eval(phase)
+            ks = set(ev.get("final_ks") or ev["ks"])  # the summary reads the last evaluation
+            for metric in metrics:
+                if metric not in COLUMNS:
+                    raise ValueError(f"protocol {self.name}: {metric!r} is not a run-summary column ({list(COLUMNS)})")
+                if pass_k(metric) is not None and pass_k(metric) not in ks:
+                    raise ValueError(f"protocol {self.name}: {metric} needs {pass_k(metric)} in the {phase} "
+                                     f"evaluation's ks {sorted(ks)}")
+
+    def phase_eval(self, phase: str) -> dict[str, Any]:
+        """The periodic evaluation of ``phase``: ``eval``, with ``tune.eval`` over it when tuning."""
+        return {**self.eval, **(self.tune.get("eval") or {})} if phase == "tune" else dict(self.eval)
+
+    def seeds_of(self, method: str) -> list[int]:
+        """A method's evaluation seeds: its own, else the protocol's."""
+        own = self.methods[method].evaluation_seeds
+        return list(own) if own is not None else list(self.evaluation_seeds)
 
     def control_points(self) -> list[Point]:
         """The baseline at each ``controls`` setting (its fixed overrides, then the control's), named like a grid
@@ -172,12 +217,23 @@ class Protocol:
         own = self.methods[method].claims
         return list(own) if own is not None else list(self.claims)
 
-    def plan(self, points: list[Point], seeds: list[int], extra: list[str] = ()) -> ProtocolPlan:
-        """The study plan that runs ``points`` on ``seeds``."""
-        return ProtocolPlan(algos=[], controllers=[], seeds=list(seeds), iterations=self.iterations,
-                            eval_problems=self.eval["problems"], eval_n=self.eval["n"], eval_ks=tuple(self.eval["ks"]),
-                            eval_every=self.eval["every"], overrides=[*self.overrides, *extra],
-                            variants={p.name: list(p.overrides) for p in points}, explicit=[p.cell for p in points])
+    def plan(self, points: list[Point], seeds: list[int], extra: list[str] = (), phase: str = "evaluate") -> ProtocolPlan:
+        """The study plan that runs ``points`` on ``seeds`` with ``phase``'s length and evaluation; in ``evaluate``
+        a method with its own ``evaluation_seeds`` runs on those of ``seeds`` only."""
+        ev = self.phase_eval(phase)
+        iterations = self.tune.get("iterations", self.iterations) if phase == "tune" else self.iterations
+        seeds_of = {} if phase == "tune" else {p.cell: [s for s in seeds if s in self.seeds_of(p.method)]
+                                                 for p in points if p.method in self.methods}
+        return ProtocolPlan(algos=[], controllers=[], seeds=list(seeds), iterations=iterations,
+                            eval_problems=ev["problems"], eval_n=ev["n"], eval_ks=tuple(ev["ks"]),
+                            eval_every=ev["every"], eval_final_n=ev.get("final_n"),
+                            eval_final_ks=tuple(ev.get("final_ks") or ()), overrides=[*self.overrides, *extra],
+                            variants={p.name: list(p.overrides) for p in points}, explicit=[p.cell for p in points],
+                            seeds_of=seeds_of, keep_checkpoints=self.keep_checkpoints)
+
+    def all_evaluation_seeds(self) -> list[int]:
+        """Every seed some method is evaluated on, in order."""
+        return sorted({s for m in self.methods for s in self.seeds_of(m)})
 
     def all_points(self) -> list[Point]:
         """Every point of every method (what ``--check`` composes)."""
@@ -188,11 +244,12 @@ class Protocol:
         nothing to choose; its pick is that setting, and it first runs in ``evaluate``."""
         return [p for m in self.methods.values() if len(m.points()) > 1 for p in m.points()]
 
-    def seconds(self, runs: int) -> float:
-        """The protocol's estimate of ``runs`` runs on one core: iterations, plus each periodic evaluation (at
-        start, when ``experiment=collapse`` asks for it, and every ``eval.every`` iterations)."""
-        evals = self.iterations // self.eval["every"] + 1
-        return runs * (self.iterations * self.cost["seconds_per_iteration"] + evals * self.cost["seconds_per_evaluation"])
+    def seconds(self, runs: int, phase: str = "evaluate") -> float:
+        """The protocol's estimate of ``runs`` runs of ``phase`` on one core: iterations, plus each periodic
+        evaluation (at start, when ``experiment=collapse`` asks for it, and every ``eval.every`` iterations)."""
+        iterations = self.tune.get("iterations", self.iterations) if phase == "tune" else self.iterations
+        evals = iterations // self.phase_eval(phase)["every"] + 1
+        return runs * (iterations * self.cost["seconds_per_iteration"] + evals * self.cost["seconds_per_evaluation"])
 
 
 @dataclass
@@ -200,14 +257,20 @@ class ProtocolPlan(StudyPlan):
     """A study plan over an explicit list of cells (each point's ``algo@point``, ``controller``)."""
 
     explicit: list[tuple[str, str]] = field(default_factory=list)
+    seeds_of: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    """A cell's seeds where they are fewer than ``seeds``."""
 
     def grid(self) -> list[tuple[str, str]]:
         return list(dict.fromkeys(self.explicit))
 
+    def runs(self) -> list[tuple[str, str, int]]:
+        return [(a, c, s) for a, c, s in super().runs() if s in self.seeds_of.get((a, c), [s])]
+
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
-         "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls"}
-_METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims"}
+         "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls", "tune", "calibrate",
+         "columns", "keep_checkpoints"}
+_METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims", "evaluation_seeds"}
 
 
 def load_protocol(path: str | Path) -> Protocol:
@@ -228,7 +291,7 @@ def load_protocol(path: str | Path) -> Protocol:
         claims = [Claim(**c) for c in spec["claims"]] if spec.get("claims") is not None else None
         controller = spec.get("controller", "none")  # a controller's method runs on grpo unless it says otherwise
         methods[name] = MethodSpec(name, spec.get("algo", name if controller == "none" else "grpo"), controller,
-                                   list(spec.get("fixed") or []), grid, claims)
+                                   list(spec.get("fixed") or []), grid, claims, spec.get("evaluation_seeds"))
     claims = [Claim(**c) for c in raw.pop("claims", None) or []]
     interval = IntervalRule(**(raw.pop("interval", None) or {}))
     return Protocol(methods=methods, claims=claims, interval=interval, **raw)
@@ -259,7 +322,7 @@ def collect(plan: StudyPlan, out: Path, points: list[Point]) -> dict[str, dict[i
 def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
     """The picks of the tuning runs under ``out``: per method the best point by the criterion, and every point's scores."""
     points = protocol.tuning_points()
-    runs = collect(protocol.plan(points, protocol.tuning_seeds), out, points)
+    runs = collect(protocol.plan(points, protocol.tuning_seeds, phase="tune"), out, points)
     picks: dict[str, Any] = {"protocol": protocol.name, "criterion": protocol.criterion,
                              "tuning_seeds": protocol.tuning_seeds, "methods": {}, "incomplete": {}}
     for method, spec in protocol.methods.items():
@@ -287,24 +350,6 @@ def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
     return picks
 
 
-def tuning_table(picks: dict[str, Any]) -> str:
-    """The tuning result: every point's criterion per seed and mean, its dose, and the pick."""
-    lines = [f"Criterion (declared before the runs): mean of {', '.join(picks['criterion'])} after the last "
-             f"iteration; tuning seeds {picks['tuning_seeds']}.", "",
-             "| method | setting | criterion per seed | mean | dose | pick |", "|---|---|---|---|---|---|"]
-    for method, chosen in picks["methods"].items():
-        if not chosen["grid"]:
-            lines.append(f"| {method} | {chosen['setting']} | one setting: not tuned | — | — | **pick** |")
-        for row in chosen["grid"]:
-            seeds = ", ".join(f"{s}: {v:.3f}" for s, v in sorted(row["scores"].items(), key=lambda kv: int(kv[0])))
-            dose = f"{row['dose']:.4f}" if row["dose"] is not None else "—"
-            mark = "**pick**" if row["point"] == chosen["point"] else ""
-            lines.append(f"| {method} | {row['setting']} | {seeds} | {row['mean']:.3f} | {dose} | {mark} |")
-    for method, missing in picks["incomplete"].items():
-        lines.append(f"| {method} | — | unfinished: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} | — | — | none |")
-    return "\n".join(lines)
-
-
 def picked_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
     """The picked point of each protocol method (the baseline first); a method without a pick fails by name."""
     absent = [m for m in protocol.methods if m not in picks["methods"]]
@@ -312,87 +357,26 @@ def picked_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
         raise ValueError(f"no pick for {absent} (unfinished tuning: {picks.get('incomplete', {})}); "
                          "run --phase tune to the end first")
     order = [protocol.baseline, *(m for m in protocol.methods if m != protocol.baseline)]
+    chosen = picks["methods"][protocol.baseline]["overrides"]
+    calibrated = [o for o in chosen if o.partition("=")[0] in protocol.calibrate]
+
+    def overrides(m: str) -> tuple[str, ...]:
+        own = picks["methods"][m]["overrides"]
+        keys = {o.partition("=")[0] for o in own}
+        return (*(o for o in calibrated if m != protocol.baseline and o.partition("=")[0] not in keys), *own)
+
     return [Point(m, picks["methods"][m]["point"], picks["methods"][m]["algo"], picks["methods"][m]["controller"],
-                  tuple(picks["methods"][m]["overrides"])) for m in order]
+                  overrides(m)) for m in order]
 
 
 def evaluation_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
-    """What ``evaluate`` runs: each method's pick, then the controls."""
-    return [*picked_points(picks, protocol), *protocol.control_points()]
-
-
-def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
-    """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
-    interval, and each control as the baseline, would change."""
+    """What ``evaluate`` runs: each method's pick, then the controls (with the calibrated keys of the baseline's
+    pick, as every method)."""
     points = picked_points(picks, protocol)
-    controls = protocol.control_points()
-    plan = protocol.plan([*points, *controls], protocol.evaluation_seeds, extra)
-    columns = eval_columns(protocol.eval["ks"])
-    table, _ = summarise(plan, out, columns, sort_by=next((c for c in reversed(columns) if c.startswith("pass@")),
-                                                          "acc_last20"))
-    runs = collect(plan, out, [*points, *controls])
-    by_method = {p.method: runs.get(p.name, {}) for p in points}
-    settings = {m: picks["methods"][m]["setting"] for m in by_method}
-    claims = {m: protocol.claims_of(m) for m in by_method}
-    dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
+    calibrated = [o for o in points[0].overrides if o.partition("=")[0] in protocol.calibrate]
 
-    def judged(baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule) -> list[Verdict]:
-        return judge({**by_method, protocol.baseline: baseline_runs}, protocol.baseline, claims, rule, settings,
-                     dose_of=dose_of)
+    def calibrate(c: Point) -> Point:
+        keys = {o.partition("=")[0] for o in c.overrides}
+        return replace(c, overrides=(*(o for o in calibrated if o.partition("=")[0] not in keys), *c.overrides))
 
-    verdicts = judged(by_method[protocol.baseline], protocol.interval)
-    legend = dose_legend(list(dose_of.values()))
-    other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
-    check = judged(by_method[protocol.baseline], other)
-    against = [control_line(verdicts, judged(runs.get(c.name, {}), protocol.interval), protocol.baseline, c)
-               for c in controls]
-    return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
-                                                                                   protocol.interval),
-                                    sensitivity(verdicts, check, other.kind), *against) if x)
-
-
-def control_line(verdicts: list[Verdict], others: list[Verdict], baseline: str, control: Point) -> str:
-    """Every claim judged against ``control`` (the baseline at another setting) by the same rule, and which
-    labels that changes."""
-    changed = [f"{v.method} {v.claim.metric}: {v.label} → {o.label}"
-               for v, o in zip(verdicts, others, strict=True) if v.label != o.label]
-    head = f"Against the control {baseline} at {control.setting} instead of the pick"
-    lines = [f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + ".",
-             "", "| method | claim | Δ vs control (mean) | 95 % interval | label against the control |", "|---|---|---|---|---|"]
-    for o in others:
-        mean = "—" if o.mean is None else f"{o.mean:+.3f}"
-        interval = "—" if o.interval is None else f"[{o.interval[0]:+.3f}, {o.interval[1]:+.3f}]"
-        lines.append(f"| {o.method} | {o.claim.metric} {o.claim.direction} | {mean} | {interval} | {o.label} |")
-    return "\n".join(lines)
-
-
-def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> str:
-    """A line saying which labels the other interval (``t`` for a bootstrap protocol, and back) would change:
-    the rule stays the declared one; this says how much a verdict leans on it."""
-    changed = [f"{v.method} {v.claim.metric}: {v.label} → {o.label} ([{o.interval[0]:+.3f}, {o.interval[1]:+.3f}])"
-               for v, o in zip(verdicts, others, strict=True) if v.label != o.label and o.interval is not None]
-    head = f"With a paired {'t' if kind == 't' else 'bootstrap'} interval instead of the declared one"
-    return f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + "."
-
-
-def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lanes: int = 1,
-              extra: list[str] = (), log=print) -> str:
-    """Run one phase (resumable) and write its report; return the report."""
-    if phase == "tune":
-        points = protocol.tuning_points()
-        run_study(protocol.plan(points, protocol.tuning_seeds, extra), out / "tune", train_script, log=log, lanes=lanes)
-        picks = pick(protocol, out / "tune")
-        (out / "picks.json").write_text(json.dumps(picks, indent=1))
-        report = tuning_table(picks)
-        (out / "tune.md").write_text(report + "\n")
-        return report
-    picks = json.loads((out / "picks.json").read_text())
-    points = evaluation_points(picks, protocol)
-    plan = protocol.plan(points, protocol.evaluation_seeds, extra)
-    run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
-    report = evaluation_report(protocol, picks, out / "evaluate", extra)
-    (out / "evaluate.md").write_text(report + "\n")
-    from lit_entropy.analysis.study_plot import plot
-
-    plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and eval pass@k per pick
-    return report
+    return [*points, *map(calibrate, protocol.control_points())]

@@ -14,7 +14,7 @@ def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point]
     if phase == "tune":
         return protocol.tuning_points(), protocol.tuning_seeds
     f = out / "picks.json"
-    return (evaluation_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.evaluation_seeds
+    return (evaluation_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.all_evaluation_seeds()
 
 
 def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = ()) -> str:
@@ -30,22 +30,26 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             lines.append(f"  {m.name}: algo={m.algo} callbacks/entropy={m.controller}, one of {len(m.points())} points")
         for c in protocol.control_points():
             lines.append(f"  {c.method}: control at {c.setting}")
-        runs = (len(protocol.methods) + len(protocol.controls)) * len(seeds)
+        runs = sum(len(protocol.seeds_of(m)) for m in protocol.methods) + len(protocol.controls) * len(
+            protocol.seeds_of(protocol.baseline))
     else:
-        plan = protocol.plan(points, seeds, extra)
+        plan = protocol.plan(points, seeds, extra, phase=phase)
         controls = protocol.control_points() if phase == "evaluate" else []
         for p in points:
             cmd = train_command(plan, *p.cell, seeds[0], out / phase, train_script)
             shown = [a for a in cmd[2:] if not a.startswith(("seed=", "hydra.run.dir="))]
             method = f"{p.method} (control)" if p in controls else p.method
             lines.append(f"  {method:<16} {p.setting:<48} {' '.join(shown)}")
-        runs = len(points) * len(seeds)
+        runs = len(plan.runs())
         if phase == "tune":
             once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]
             if once:
                 lines.append(f"  (one setting, not tuned: {', '.join(once)})")
-    hours = protocol.seconds(runs) / 3600
-    lines.append(f"{runs} runs ({runs // len(seeds)} cells x {len(seeds)} seeds), about {hours:.1f} h on one core "
+    hours = protocol.seconds(runs, phase) / 3600
+    split = f"{runs // len(seeds)} cells x {len(seeds)} seeds" if runs % len(seeds) == 0 and (
+        phase == "tune" or all(len(protocol.seeds_of(m)) == len(seeds) for m in protocol.methods)) else \
+        f"each cell on its seeds of {seeds}"
+    lines.append(f"{runs} runs ({split}), about {hours:.1f} h on one core "
                  f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h")
     return "\n".join(lines)
 

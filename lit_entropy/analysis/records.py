@@ -25,8 +25,8 @@ from lit_entropy.analysis.runs import read_scalars, wall_times
 
 FORMAT = "lit-entropy-study-records/1"
 
-KEPT_TAGS = ("rollout/entropy", "rollout/accuracy", "eval/", "control/", "train/masked_frac_", "train/clipfrac",
-             "rollout_corr/", "diag/logp_mismatch_mean")
+KEPT_TAGS = ("rollout/", "eval/", "control/", "train/masked_frac_", "train/clipfrac", "rollout_corr/", "diag/",
+             "time/", "iteration")
 """Tag prefixes a record keeps: everything the study table, the dose, the verdicts and the figure read."""
 
 WALL_TAG = "rollout/entropy"

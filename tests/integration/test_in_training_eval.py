@@ -31,3 +31,20 @@ def test_periodic_eval_at_start_logs_the_starting_policy_at_step_0(tmp_path, har
     assert len(steps) == 2 and steps[0] == 0 < steps[1]  # before the first update, then after the last
     assert min(s for s, _ in scalars["rollout/entropy"]) > 0  # every iteration's metrics come after it
     assert all(0 <= v <= 1 for _, v in scalars["eval/pass@1"])
+
+
+def test_the_last_evaluation_draws_final_n_samples_and_reports_final_ks(tmp_path, harness):
+    """pass@8 exists only after the last iteration (8 samples there), pass@4 along the way and at the end."""
+    scalars = harness.fit(["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=2",
+                           "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]",
+                           "callbacks.eval.final_n=8", "callbacks.eval.final_ks=[1,4,8]"], tmp_path).scalars
+    last = max(s for s, _ in scalars["rollout/entropy"])
+    assert [s for s, _ in scalars["eval/pass@8"]] == [last]
+    assert len(scalars["eval/pass@4"]) == 2 and scalars["eval/pass@4"][-1][1] <= scalars["eval/pass@8"][0][1] + 1e-9
+
+
+def test_final_ks_beyond_final_n_fail_at_start_up():
+    from lit_entropy.callbacks.evaluation import PeriodicEvalCallback
+
+    with pytest.raises(ValueError, match=r"callbacks.eval.final_ks=\[1, 16\]: every k must be in \[1, 8\]"):
+        PeriodicEvalCallback(n=4, ks=(1, 4), final_n=8, final_ks=(1, 16))

@@ -143,6 +143,43 @@ def test_an_unfinished_run_is_cleared_before_it_runs_again_and_left_out_until_th
     assert "| grpo | none | 2 | 0.400 ± 0.000 |" in summarise(plan, tmp_path)[0]
 
 
+def test_a_finished_runs_checkpoints_go_when_the_plan_keeps_none(tmp_path: Path) -> None:
+    fake = tmp_path / "fake_train.py"  # a run that writes a checkpoint and its events
+    fake.write_text(
+        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "(d / 'checkpoints').mkdir(parents=True)\n(d / 'checkpoints' / 'last.ckpt').write_text('x')\n"
+        "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\n"
+        "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n")
+    for keep in (True, False):
+        plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0], keep_checkpoints=keep)
+        run_study(plan, tmp_path / str(keep), fake, log=lambda _: None)
+        folder = run_dir(tmp_path / str(keep), "grpo", "none", 0)
+        assert (folder / "done.json").exists() and (folder / "checkpoints").exists() == keep
+        assert run_summary(folder)["h_final"] == pytest.approx(0.4)
+
+
+def test_an_unfinished_run_with_a_checkpoint_continues_from_it_in_its_folder(tmp_path: Path) -> None:
+    fake = tmp_path / "fake_train.py"  # records its arguments, then writes one run
+    fake.write_text(
+        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "(d / 'argv.txt').write_text(' '.join(sys.argv))\n"
+        "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\n"
+        "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n")
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0])
+    folder = run_dir(tmp_path, "grpo", "none", 0)
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_text("x")
+    (folder / "study_stdout.log").write_text("killed at iteration 25\n")
+    said: list[str] = []
+    run_study(plan, tmp_path, fake, log=said.append)
+    assert any("resuming the unfinished run from" in line for line in said)
+    assert f"ckpt_path={(folder / 'checkpoints' / 'last.ckpt').resolve()}" in (folder / "argv.txt").read_text()
+    assert (folder / "study_stdout.log").read_text().startswith("killed at iteration 25")  # kept, appended to
+    assert (folder / "done.json").exists()
+
+
 def test_runs_go_seed_by_seed_over_the_grid_and_the_extra_cells() -> None:
     """Every cell's first seed comes before any cell's second: a study cut short still covers every cell."""
     plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1],
@@ -211,6 +248,47 @@ def test_train_command_passes_the_held_out_evaluation_settings(tmp_path: Path) -
             "callbacks.eval.num_problems=32"} <= set(cmd)
 
 
+def test_the_last_evaluation_may_draw_more_samples(tmp_path: Path) -> None:
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], eval_n=8, eval_ks=(1, 8), eval_final_n=64,
+                     eval_final_ks=(1, 8, 64))
+    cmd = train_command(plan, "grpo", "none", 0, tmp_path, ROOT / "scripts" / "train.py")
+    assert {"callbacks.eval.n=8", "callbacks.eval.final_n=64", "callbacks.eval.final_ks=[1,8,64]"} <= set(cmd)
+    assert not any("final" in a for a in train_command(StudyPlan(["grpo"], ["none"]), "grpo", "none", 0, tmp_path,
+                                                       ROOT / "scripts" / "train.py"))
+
+
+def test_a_task_with_splits_gives_each_splits_last_evaluation(tmp_path: Path) -> None:
+    """The real-LM arithmetic logs eval/<split>/<greedy|sampled>/<metric>: the summary's ho_* and tr_* keys are the
+    last evaluation's values (the one after the last iteration, not the one along the way)."""
+    _write_run(tmp_path, [2.2, 2.0, 1.5], [0.0, 0.1, 0.2])
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for step, scale in ((1, 0.5), (3, 1.0)):
+        writer.add_scalar("eval/held_out/greedy/pass@1", 0.25 * scale, step)
+        writer.add_scalar("eval/held_out/sampled/pass@64", 0.75 * scale, step)
+        writer.add_scalar("eval/held_out/sampled/length", 40.0 * scale, step)
+        writer.add_scalar("eval/transfer/sampled/pass@1", 0.125 * scale, step)
+    writer.close()
+    s = run_summary(tmp_path)
+    assert (s["ho_greedy"], s["ho_pass@64"], s["ho_length"], s["tr_pass@1"]) == (0.25, 0.75, 40.0, 0.125)
+    assert s["ho_pass@1"] is None and s["tr_greedy"] is None  # not logged: None, never 0
+    table, _ = summarise(StudyPlan(["grpo"], ["none"], seeds=[0]), tmp_path, ("ho_greedy", "tr_pass@1"))
+    assert "held-out greedy pass@1 | transfer pass@1" in table
+
+
+def test_the_predicted_entropy_change_is_paired_with_the_next_iterations_realised_one() -> None:
+    from lit_entropy.analysis.method_study import predicted_entropy_change
+
+    pred = [(1, 0.3), (2, -0.1), (3, 0.2), (4, -0.4), (5, 9.0)]  # the last prediction has no realisation yet
+    actual = [(2, 0.03), (3, -0.01), (4, 0.02), (5, -0.05)]  # realised at k = 2..5: the updates of k-1
+    got = predicted_entropy_change({"diag/dH_pred": pred, "diag/dH_actual": actual})
+    assert got["dh_sign"] == 1.0
+    assert got["dh_corr"] == pytest.approx(statistics.correlation([0.3, -0.1, 0.2, -0.4], [0.03, -0.01, 0.02, -0.05]))
+    flipped = predicted_entropy_change({"diag/dH_pred": pred, "diag/dH_actual": [(s, -v) for s, v in actual]})
+    assert flipped["dh_sign"] == 0.0 and flipped["dh_corr"] == pytest.approx(-got["dh_corr"])
+    assert predicted_entropy_change({"diag/dH_pred": pred[:2], "diag/dH_actual": actual[:1]}) == {
+        "dh_corr": None, "dh_sign": None}
+
+
 def test_law_ceiling_is_predicted_from_the_first_third_only() -> None:
     import math
 
@@ -253,6 +331,9 @@ def test_eval_series_places_each_evaluation_at_its_iteration_and_the_start_at_0(
                "eval/pass@64": [(0, 0.9), (7, 0.6), (11, 0.5)]}
     assert eval_series(scalars, "eval/pass@64") == {0: 0.9, 2: 0.6, 3: 0.5}
     assert eval_series(scalars, "eval/pass@16") == {}
+    # A run with the `iteration` marker (lit_entropy/log_steps.py) logs iteration i's metrics at step i: the same map.
+    scalars = {"rollout/entropy": [(i, 0.5) for i in range(1, 4)], "eval/pass@64": [(0, 0.9), (2, 0.6), (3, 0.5)]}
+    assert eval_series(scalars, "eval/pass@64") == {0: 0.9, 2: 0.6, 3: 0.5}
 
 
 def test_the_peak_of_pass_at_k_leaves_out_the_at_start_evaluation(tmp_path: Path) -> None:

@@ -14,13 +14,8 @@ import pytest
 from torch.utils.tensorboard import SummaryWriter
 
 from lit_entropy.analysis.method_study import run_dir
-from lit_entropy.analysis.protocol import (
-    evaluation_report,
-    load_protocol,
-    pick,
-    picked_points,
-    tuning_table,
-)
+from lit_entropy.analysis.protocol import evaluation_points, load_protocol, pick, picked_points
+from lit_entropy.analysis.protocol_phases import evaluation_report, tuning_table
 from lit_entropy.analysis.protocol_preview import check_points, dry_run
 from tests.helpers import CONF, ROOT
 
@@ -94,7 +89,13 @@ def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
 @pytest.mark.parametrize("change,match", [
     (("evaluation_seeds: [0, 1, 2]", "evaluation_seeds: [0, 1, 10]"), "also tuning seeds"),
     (("min_evaluation_seeds: 3", "min_evaluation_seeds: 5"), "fewer than min_evaluation_seeds=5"),
-    (("criterion: [pass@1, pass@8]", "criterion: [pass@1, pass@64]"), "needs 64 in eval.ks"),
+    (("criterion: [pass@1, pass@8]", "criterion: [pass@1, pass@64]"), "needs 64 in the tune evaluation's ks"),
+    (("name: tiny", "name: tiny\ntune: {eval: {ks: [1]}}"), "pass@8 needs 8 in the tune evaluation's ks"),
+    (("name: tiny", "name: tiny\ncolumns: [ho_pass@64]"), "ho_pass@64 needs 64 in the evaluate evaluation's ks"),
+    (("name: tiny", "name: tiny\ntune: {length: 3}"), "tune keys \\['length'\\]"),
+    (("name: tiny", "name: tiny\ncalibrate: [optim.eps]"), "calibrate \\['optim.eps'\\] are not keys of grpo's grid"),
+    (("clip_cov: {grid", "clip_cov: {evaluation_seeds: [0, 1, 10], grid"), "clip_cov.evaluation_seeds \\[0, 1, 10\\]"),
+    (("clip_cov: {grid", "clip_cov: {evaluation_seeds: [0, 1], grid"), "must be at least 3 seeds"),
     (("criterion: [pass@1, pass@8]", "criterion: [pass@1, accuracy]"), "not a run-summary column"),
     (("name: tiny", "name: tiny\nseeds: [1]"), "unknown protocol keys \\['seeds'\\]"),
     (("clip_cov: {grid", "clip_cov: {grids"), "methods.clip_cov: unknown keys"),
@@ -223,3 +224,59 @@ def test_a_control_runs_on_the_evaluation_seeds_and_the_report_rejudges_against_
     assert "| clip_cov | pass@8 higher | +0.000 | [-0.0" in report
     text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")
     assert "9 runs (3 cells x 3 seeds)" in text  # before tuning: two picks + the control
+
+
+def test_tuning_has_its_own_length_and_evaluation_and_the_baseline_its_own_seeds(tmp_path: Path) -> None:
+    """``tune`` overrides the run length and the evaluation of the tuning runs only; a method's
+    ``evaluation_seeds`` add runs for it alone (seed by seed, after every cell's shared seeds)."""
+    text = TINY.replace("evaluation_seeds: [0, 1, 2]", "evaluation_seeds: [0, 1, 2]\ntune: {iterations: 5, eval: "
+                        "{every: 5, n: 16, problems: 2}}").replace(
+        "grpo: {grid", "grpo: {evaluation_seeds: [0, 1, 2, 3, 4], grid")
+    p = _tiny(tmp_path, text)
+    tune = p.plan(p.tuning_points(), p.tuning_seeds, phase="tune")
+    assert (tune.iterations, tune.eval_n, tune.eval_ks, tune.eval_problems, tune.eval_every) == (5, 16, (1, 8), 2, 5)
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    plan = p.plan(picked_points(picks, p), p.all_evaluation_seeds())
+    assert (plan.iterations, plan.eval_n, plan.eval_ks) == (2, 8, (1, 8))
+    assert [(a.split("@")[0], s) for a, _, s in plan.runs()] == [
+        ("grpo", 0), ("clip_cov", 0), ("grpo", 1), ("clip_cov", 1), ("grpo", 2), ("clip_cov", 2), ("grpo", 3), ("grpo", 4)]
+    text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")
+    assert "8 runs (each cell on its seeds of [0, 1, 2, 3, 4])" in text
+
+
+def test_a_calibrated_key_of_the_baselines_pick_is_given_to_every_other_method(tmp_path: Path) -> None:
+    p = _tiny(tmp_path, TINY.replace("name: tiny", "name: tiny\ncalibrate: [optim.lr]")
+              + "  own_lr: {algo: grpo, controller: repo_r, fixed: [optim.lr=3.0e-4]}\n")
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]),
+                                       ("own_lr", p.methods["own_lr"].points()[0]))}}
+    got = {pt.method: pt.overrides for pt in picked_points(picks, p)}
+    assert got == {"grpo": ("optim.lr=0.0002",), "clip_cov": ("optim.lr=0.0002", "algo.selection_args.rho=0.01"),
+                   "own_lr": ("optim.lr=3.0e-4",)}  # a method that sets the key keeps its own
+    p.controls.append(["precision=fp32"])
+    control = evaluation_points(picks, p)[-1]
+    assert (control.name, control.overrides) == ("grpo-precisionfp32", ("optim.lr=0.0002", "precision=fp32"))
+
+
+def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_path: Path) -> None:
+    """conf/protocol/real_lm.yaml: only GRPO's learning rate is tuned (one tuning seed), its pick goes to every
+    method and the fp32 control, GRPO gets five evaluation seeds and the rest three, and every cell composes and
+    builds on top of experiment=real_lm."""
+    p = load_protocol(CONF / "protocol" / "real_lm.yaml")
+    assert [pt.name for pt in p.tuning_points()] == ["grpo-lr2e-05", "grpo-lr5e-05"] and p.tuning_seeds == [100]
+    assert p.calibrate == ["optim.lr"] and p.seeds_of("grpo") == [0, 1, 2, 3, 4] and p.seeds_of("dapo") == [0, 1, 2]
+    tune = p.plan(p.tuning_points(), p.tuning_seeds, phase="tune")
+    assert (tune.eval_final_n, tune.eval_final_ks) == (8, (1, 8))
+    picks = pick(p, tmp_path)  # no tuning run yet: the one-setting methods only
+    picks["methods"]["grpo"] = {"point": "grpo-lr2e-05", "algo": "grpo", "controller": "none",
+                                "overrides": ["optim.lr=2.0e-05"], "setting": "optim.lr=2.0e-05"}
+    points = evaluation_points(picks, p)
+    assert all("optim.lr=2.0e-05" in pt.overrides for pt in points)
+    assert points[-1].overrides[-2:] == ("precision=fp32", "correction=none")
+    plan = p.plan(points, p.all_evaluation_seeds())
+    assert (plan.eval_final_n, plan.eval_final_ks, plan.iterations) == (64, (1, 8, 64), 60)
+    assert len(plan.runs()) == 5 + 8 * 3 + 5  # GRPO and its control on five seeds, the other eight on three
+    assert check_points(p, points) == len(points)

@@ -114,7 +114,8 @@ def test_the_shipped_records_give_the_verdicts_docs_results_reports(tmp_path: Pa
     """docs/results.md's collapse verdicts are what the labelling code makes of the shipped records: import them,
     pick, judge, and every row of the page's verdict table (label against the pick and against the control)
     is a row the code writes."""
-    from lit_entropy.analysis.protocol import evaluation_report, load_protocol, pick
+    from lit_entropy.analysis.protocol import load_protocol, pick
+    from lit_entropy.analysis.protocol_phases import evaluation_report
     from lit_entropy.analysis.records import import_records
 
     protocol = load_protocol(ROOT / "conf" / "protocol" / "collapse.yaml")

@@ -1,0 +1,118 @@
+"""A protocol's phases run and reported (:mod:`lit_entropy.analysis.protocol` defines the protocol and its picks):
+``tune`` writes ``picks.json`` and the tuning table, ``evaluate`` the study table with each method's dose, the
+verdicts by :mod:`lit_entropy.analysis.verdicts` and the figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lit_entropy.analysis.dose import dose_legend, method_of
+from lit_entropy.analysis.method_study import run_study, summarise
+from lit_entropy.analysis.protocol import (
+    Point,
+    Protocol,
+    collect,
+    eval_columns,
+    evaluation_points,
+    pass_k,
+    pick,
+    picked_points,
+)
+from lit_entropy.analysis.verdicts import IntervalRule, Verdict, judge, verdict_report
+
+
+def tuning_table(picks: dict[str, Any]) -> str:
+    """The tuning result: every point's criterion per seed and mean, its dose, and the pick."""
+    lines = [f"Criterion (declared before the runs): mean of {', '.join(picks['criterion'])} after the last "
+             f"iteration; tuning seeds {picks['tuning_seeds']}.", "",
+             "| method | setting | criterion per seed | mean | dose | pick |", "|---|---|---|---|---|---|"]
+    for method, chosen in picks["methods"].items():
+        if not chosen["grid"]:
+            lines.append(f"| {method} | {chosen['setting']} | one setting: not tuned | — | — | **pick** |")
+        for row in chosen["grid"]:
+            seeds = ", ".join(f"{s}: {v:.3f}" for s, v in sorted(row["scores"].items(), key=lambda kv: int(kv[0])))
+            dose = f"{row['dose']:.4f}" if row["dose"] is not None else "—"
+            mark = "**pick**" if row["point"] == chosen["point"] else ""
+            lines.append(f"| {method} | {row['setting']} | {seeds} | {row['mean']:.3f} | {dose} | {mark} |")
+    for method, missing in picks["incomplete"].items():
+        lines.append(f"| {method} | — | unfinished: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} | — | — | none |")
+    return "\n".join(lines)
+
+
+def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
+    """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
+    interval, and each control as the baseline, would change."""
+    points = picked_points(picks, protocol)
+    controls = protocol.control_points()
+    plan = protocol.plan([*points, *controls], protocol.all_evaluation_seeds(), extra)
+    columns = tuple(protocol.columns or eval_columns(protocol.eval["ks"]))
+    table, _ = summarise(plan, out, columns, sort_by=next((c for c in reversed(columns) if pass_k(c)), "acc_last20"))
+    runs = collect(plan, out, [*points, *controls])
+    by_method = {p.method: runs.get(p.name, {}) for p in points}
+    settings = {m: picks["methods"][m]["setting"] for m in by_method}
+    claims = {m: protocol.claims_of(m) for m in by_method}
+    dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
+
+    def judged(baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule) -> list[Verdict]:
+        return judge({**by_method, protocol.baseline: baseline_runs}, protocol.baseline, claims, rule, settings,
+                     dose_of=dose_of)
+
+    verdicts = judged(by_method[protocol.baseline], protocol.interval)
+    legend = dose_legend(list(dose_of.values()))
+    other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
+    check = judged(by_method[protocol.baseline], other)
+    against = [control_line(verdicts, judged(runs.get(c.name, {}), protocol.interval), protocol.baseline, c)
+               for c in controls]
+    return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
+                                                                                   protocol.interval),
+                                    sensitivity(verdicts, check, other.kind), *against) if x)
+
+
+def control_line(verdicts: list[Verdict], others: list[Verdict], baseline: str, control: Point) -> str:
+    """Every claim judged against ``control`` (the baseline at another setting) by the same rule, and which
+    labels that changes."""
+    changed = [f"{v.method} {v.claim.metric}: {v.label} → {o.label}"
+               for v, o in zip(verdicts, others, strict=True) if v.label != o.label]
+    head = f"Against the control {baseline} at {control.setting} instead of the pick"
+    lines = [f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + ".",
+             "", "| method | claim | Δ vs control (mean) | 95 % interval | label against the control |", "|---|---|---|---|---|"]
+    for o in others:
+        mean = "—" if o.mean is None else f"{o.mean:+.3f}"
+        interval = "—" if o.interval is None else f"[{o.interval[0]:+.3f}, {o.interval[1]:+.3f}]"
+        lines.append(f"| {o.method} | {o.claim.metric} {o.claim.direction} | {mean} | {interval} | {o.label} |")
+    return "\n".join(lines)
+
+
+def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> str:
+    """A line saying which labels the other interval (``t`` for a bootstrap protocol, and back) would change:
+    the rule stays the declared one; this says how much a verdict leans on it."""
+    changed = [f"{v.method} {v.claim.metric}: {v.label} → {o.label} ([{o.interval[0]:+.3f}, {o.interval[1]:+.3f}])"
+               for v, o in zip(verdicts, others, strict=True) if v.label != o.label and o.interval is not None]
+    head = f"With a paired {'t' if kind == 't' else 'bootstrap'} interval instead of the declared one"
+    return f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + "."
+
+
+def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lanes: int = 1,
+              extra: list[str] = (), log=print) -> str:
+    """Run one phase (resumable) and write its report; return the report."""
+    if phase == "tune":
+        points = protocol.tuning_points()
+        run_study(protocol.plan(points, protocol.tuning_seeds, extra, phase="tune"), out / "tune", train_script, log=log,
+                  lanes=lanes)
+        picks = pick(protocol, out / "tune")
+        (out / "picks.json").write_text(json.dumps(picks, indent=1))
+        report = tuning_table(picks)
+        (out / "tune.md").write_text(report + "\n")
+        return report
+    picks = json.loads((out / "picks.json").read_text())
+    points = evaluation_points(picks, protocol)
+    plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
+    run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
+    report = evaluation_report(protocol, picks, out / "evaluate", extra)
+    (out / "evaluate.md").write_text(report + "\n")
+    from lit_entropy.analysis.study_plot import plot
+
+    plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and eval pass@k per pick
+    return report
