@@ -261,6 +261,7 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         **split_metrics(s),
         **predicted_entropy_change(raw),
         "law_ceiling": law_ceiling(h, acc),
+        "law_r2": law_ceiling(h, acc, fraction=1.0, what="r2"),
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
         "s_per_it": seconds_per_iteration(folder),
         "mismatch": mean("diag/logp_mismatch_mean"),
@@ -309,17 +310,19 @@ LAW_FIT_FRACTION = 1 / 3
 """The entropy-law ceiling is predicted from the first third of a run's iterations."""
 
 
-def law_ceiling(entropy: list[float], accuracy: list[float], fraction: float = LAW_FIT_FRACTION) -> float | None:
+def law_ceiling(entropy: list[float], accuracy: list[float], fraction: float = LAW_FIT_FRACTION,
+                what: str = "ceiling") -> float | None:
     """The accuracy ``R = -a*exp(H) + b`` predicts at ``H = 0`` (``b - a``), fitted on the first ``fraction``
     of the iterations only, so that it is a prediction the rest of the run can confirm or refute (the
-    entropy-performance law of Cui et al. 2025); None when that part is too short or its entropy flat."""
+    entropy-performance law of Cui et al. 2025); None when that part is too short or its entropy flat.
+    ``what="r2"``: the fit's R² instead (``law_r2``: over the whole run, how well the law describes it)."""
     from lit_entropy.diagnostics.entropy_law import fit_entropy_law
 
     n = max(3, int(len(entropy) * fraction))
     if len(entropy) < n:
         return None
     try:
-        return fit_entropy_law(entropy[:n], accuracy[:n]).ceiling
+        return getattr(fit_entropy_law(entropy[:n], accuracy[:n]), what)
     except ValueError:
         return None
 
@@ -329,7 +332,7 @@ MASKED_TAGS = ("rollout_corr/frac_masked", "rollout_corr/frac_rejected", "rollou
 
 COLUMNS = {"h_final": "H final", "h_min": "H min", "acc_last5": "acc (last 5)", "acc_last20": "acc (last 20)",
            "acc_peak20": "acc (best 20)", "pass@1": "pass@1", "pass@8": "pass@8", "pass@16": "pass@16",
-           "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling",
+           "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling", "law_r2": "law R²",
            "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
            "masked": "masked frac", "dh_corr": "corr(dH pred, dH)", "dh_sign": "dH sign agrees",
            **{f"{p}_{m}": f"{name} {head}" for p, (_, name) in SPLITS.items() for m, (*_, head) in SPLIT_METRICS.items()},

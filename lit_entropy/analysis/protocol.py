@@ -41,6 +41,7 @@ from lit_entropy.analysis.method_study import (
     run_dir,
     run_summary,
 )
+from lit_entropy.analysis.seed_claims import SeedClaim
 from lit_entropy.analysis.verdicts import Claim, IntervalRule
 
 PHASES = ("tune", "evaluate")
@@ -152,6 +153,8 @@ class Protocol:
     """The evaluation table's columns (default :func:`eval_columns` of ``eval.ks``)."""
     keep_checkpoints: bool = True
     """False: each finished run's checkpoints are deleted (what resume needs is kept until the run is done)."""
+    seed_claims: list[SeedClaim] = field(default_factory=list)
+    """The seed papers' claims that are not a method against the baseline (:mod:`lit_entropy.analysis.seed_claims`)."""
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher
@@ -179,7 +182,14 @@ class Protocol:
         for c in self.controls:
             if not isinstance(c, list) or not c or any(not isinstance(o, str) or "=" not in o for o in c):
                 raise ValueError(f"protocol {self.name}: controls entry {c!r} is not a list of key=value overrides")
+        cells = {*self.methods, *(c.name for c in self.control_points())}
+        for sc in self.seed_claims:
+            unknown = [x for x in (sc.method, sc.versus) if x is not None and x not in cells]
+            if unknown:
+                raise ValueError(f"protocol {self.name}: seed claim {sc.seed} ({sc.text}) names {unknown}, not a method "
+                                 f"or control of the protocol ({sorted(cells)})")
         claimed = [c.metric for m in self.methods.values() for c in self.claims_of(m.name)]
+        claimed += [sc.metric for sc in self.seed_claims]
         for metrics, phase in ((self.criterion, "tune"), ([*claimed, *(self.columns or [])], "evaluate")):
             ev = self.phase_eval(phase)
             ks = set(ev.get("final_ks") or ev["ks"])  # the summary reads the last evaluation
@@ -269,7 +279,7 @@ class ProtocolPlan(StudyPlan):
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
          "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls", "tune", "calibrate",
-         "columns", "keep_checkpoints"}
+         "columns", "keep_checkpoints", "seed_claims"}
 _METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims", "evaluation_seeds"}
 
 
@@ -293,8 +303,10 @@ def load_protocol(path: str | Path) -> Protocol:
         methods[name] = MethodSpec(name, spec.get("algo", name if controller == "none" else "grpo"), controller,
                                    list(spec.get("fixed") or []), grid, claims, spec.get("evaluation_seeds"))
     claims = [Claim(**c) for c in raw.pop("claims", None) or []]
+    seed_claims = [SeedClaim(**{k: str(v) if k == "seed" else v for k, v in c.items()})
+                   for c in raw.pop("seed_claims", None) or []]
     interval = IntervalRule(**(raw.pop("interval", None) or {}))
-    return Protocol(methods=methods, claims=claims, interval=interval, **raw)
+    return Protocol(methods=methods, claims=claims, interval=interval, seed_claims=seed_claims, **raw)
 
 
 # ------------------------------------------------------------------------------------------------ phases

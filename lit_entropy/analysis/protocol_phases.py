@@ -20,6 +20,7 @@ from lit_entropy.analysis.protocol import (
     pick,
     picked_points,
 )
+from lit_entropy.analysis.seed_claims import judge_seed_claims, seed_claims_table
 from lit_entropy.analysis.verdicts import IntervalRule, Verdict, judge, verdict_report
 
 
@@ -65,9 +66,16 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     check = judged(by_method[protocol.baseline], other)
     against = [control_line(verdicts, judged(runs.get(c.name, {}), protocol.interval), protocol.baseline, c)
                for c in controls]
+    seeds = ""
+    if protocol.seed_claims:
+        cells = {**by_method, **{c.name: runs.get(c.name, {}) for c in controls}}
+        seeds = ("**The seed papers' own claims** (lit_entropy/analysis/seed_claims.py): a cell's metric against a level "
+                 "(its per-seed values minus the level) or against another cell (paired by seed), the same interval and "
+                 "labels.\n\n" + seed_claims_table(judge_seed_claims(protocol.seed_claims, cells, protocol.interval,
+                                                                    dose_of)))
     return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
                                                                                    protocol.interval),
-                                    sensitivity(verdicts, check, other.kind), *against) if x)
+                                    sensitivity(verdicts, check, other.kind), *against, seeds) if x)
 
 
 def control_line(verdicts: list[Verdict], others: list[Verdict], baseline: str, control: Point) -> str:

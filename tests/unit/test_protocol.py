@@ -96,6 +96,10 @@ def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
     (("name: tiny", "name: tiny\ncalibrate: [optim.eps]"), "calibrate \\['optim.eps'\\] are not keys of grpo's grid"),
     (("clip_cov: {grid", "clip_cov: {evaluation_seeds: [0, 1, 10], grid"), "clip_cov.evaluation_seeds \\[0, 1, 10\\]"),
     (("clip_cov: {grid", "clip_cov: {evaluation_seeds: [0, 1], grid"), "must be at least 3 seeds"),
+    (("name: tiny", "name: tiny\nseed_claims: [{seed: 3, text: t, method: dapo, metric: h_final, above: 0}]"),
+     "seed claim 3 \\(t\\) names \\['dapo'\\], not a method or control"),
+    (("name: tiny", "name: tiny\nseed_claims: [{seed: 3, text: t, method: grpo, metric: dh, above: 0}]"),
+     "'dh' is not a run-summary column"),
     (("criterion: [pass@1, pass@8]", "criterion: [pass@1, accuracy]"), "not a run-summary column"),
     (("name: tiny", "name: tiny\nseeds: [1]"), "unknown protocol keys \\['seeds'\\]"),
     (("clip_cov: {grid", "clip_cov: {grids"), "methods.clip_cov: unknown keys"),
@@ -280,3 +284,22 @@ def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_pa
     assert (plan.eval_final_n, plan.eval_final_ks, plan.iterations) == (64, (1, 8, 64), 60)
     assert len(plan.runs()) == 5 + 8 * 3 + 5  # GRPO and its control on five seeds, the other eight on three
     assert check_points(p, points) == len(points)
+
+
+def test_the_evaluation_report_judges_the_seed_claims_with_the_protocols_interval(tmp_path: Path) -> None:
+    """A level claim on the baseline and a comparison of a method with the control, in the report's last table."""
+    text = TINY + "controls: [[optim.lr=1.0e-4]]\nseed_claims:\n" + (
+        "  - {seed: '001', text: grpo above a level, method: grpo, metric: pass@8, above: 0.3}\n"
+        "  - {seed: '004', text: clip_cov over the control, method: clip_cov, versus: grpo-lr0.0001, metric: pass@8}\n")
+    p = _tiny(tmp_path, text)
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    for seed, noise in zip((0, 1, 2), (0.0, 0.01, -0.01), strict=True):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4 + noise)
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0001", "none", seed), 0.2, 0.45)
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.5 + noise, masked=0.02)
+    report = evaluation_report(p, picks, tmp_path)
+    assert "**The seed papers' own claims**" in report
+    assert "| 001 | grpo above a level | grpo | pass@8 > | 0.3 | 3 | +0.100 |" in report
+    assert "| 004 | clip_cov over the control | clip_cov | pass@8 > | grpo-lr0.0001 | 3 | +0.050 |" in report
