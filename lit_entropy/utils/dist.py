@@ -39,14 +39,6 @@ def shard_bounds(n: int, world: int | None = None, rank_: int | None = None) -> 
     return start, start + base + (1 if rank_ < extra else 0)
 
 
-def num_steps(n: int, step: int, world: int | None = None) -> int:
-    """Micro-batches every rank runs when ``n`` rows are cut into micro-batches of ``step`` rows and
-    dealt to ``world`` ranks: the most any rank gets (at least 1, so collectives stay in step)."""
-    world = world_size() if world is None else world
-    chunks = math.ceil(n / step)
-    return max(1, math.ceil(chunks / world))
-
-
 def cut(order: torch.Tensor, step: int, lengths: torch.Tensor | None = None, tokens: int = 0) -> list[torch.Tensor]:
     """``order`` (rows, longest first) cut into consecutive micro-batches of ``step`` rows, or, with a token
     budget ``tokens`` > 0 and ``lengths``, of as many rows (at least one, at most ``step``) as fit in ``tokens``
@@ -75,7 +67,7 @@ def micro_batches(
     company, with the same shapes, on one rank or on W: per-row results are bitwise the same. ``width``
     is the longest length in the micro-batch (None without ``lengths``): the caller cuts the columns to
     it, so short rows are not padded up to the batch's longest. Every rank gets as many micro-batches as the
-    rank that gets most (:func:`num_steps` without a token budget); where a rank has run out, ``padding`` is True and ``rows`` is row 0, to be run with
+    rank that gets most (at least 1, so collectives stay in step); where a rank has run out, ``padding`` is True and ``rows`` is row 0, to be run with
     zero weight.
     """
     world = world_size() if world is None else world
