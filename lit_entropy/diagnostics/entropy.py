@@ -67,13 +67,7 @@ def _row_chunks(logits: Tensor, chunk_size: int):
 
 class _ChunkedLogpEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(
-        ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool,
-        compiled: bool = False,
-    ):
-        if compiled:
-            return _FusedLogpEntropy.forward(ctx, logits, targets, temperature, chunk_size, with_entropy)
-        ctx.compiled = False
+    def forward(ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool):
         batch, length, _ = logits.shape
         flat_targets = targets.reshape(-1)
         total = batch * length
@@ -98,8 +92,6 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
-        if ctx.compiled:
-            return _FusedLogpEntropy.backward(ctx, grad_logp, grad_entropy)
         logits, flat_targets, entropy = ctx.saved_tensors
         if not ctx.with_entropy:
             grad_entropy = None
@@ -120,12 +112,12 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
                 g -= g_ent[start:end, None] * probs * (log_probs + entropy[start:end, None])
             grad[start:end] = (g / ctx.temperature).to(logits.dtype)
             del log_probs, probs, g
-        return grad.view(batch, length, vocab), None, None, None, None, None
+        return grad.view(batch, length, vocab), None, None, None, None
 
 
-class _FusedLogpEntropy:
-    """:class:`_ChunkedLogpEntropy`'s forward and backward on the compiled kernels; it keeps each row's
-    ``logsumexp`` and entropy (fp32 [N]) for the backward, which then needs one fused loop per chunk."""
+class _FusedLogpEntropy(torch.autograd.Function):
+    """:class:`_ChunkedLogpEntropy` on the compiled kernels: the same values, but the forward keeps each row's
+    ``logsumexp`` and entropy (fp32 [N]), so the backward needs one fused loop per chunk."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_size: int, with_entropy: bool):
@@ -140,10 +132,11 @@ class _FusedLogpEntropy:
             lse[start:end], entropy[start:end] = vocab_kernels.call(vocab_kernels.lse_entropy, True, rows, temperature)
             logp[start:end] = vocab_kernels.target_logprobs(rows, t, lse[start:end], temperature)
         ctx.save_for_backward(logits, flat_targets, entropy, lse)
-        ctx.compiled, ctx.temperature, ctx.chunk_size, ctx.with_entropy = True, temperature, chunk_size, with_entropy
+        ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
         return logp.view(batch, length), entropy.view(batch, length) if with_entropy else None
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
         logits, flat_targets, entropy, lse = ctx.saved_tensors
         batch, length, vocab = logits.shape
@@ -155,7 +148,7 @@ class _FusedLogpEntropy:
             s = slice(start, end)
             grad[s] = vocab_kernels.call(vocab_kernels.logits_grad, True, rows, flat_targets[s], lse[s], entropy[s],
                                          g_logp[s], g_ent[s], ctx.temperature)
-        return grad.view(batch, length, vocab), None, None, None, None, None
+        return grad.view(batch, length, vocab), None, None, None, None
 
 
 def token_logprobs_and_entropy(
@@ -175,11 +168,8 @@ def token_logprobs_and_entropy(
     ``eager``, ``compiled`` or ``auto`` (:mod:`lit_entropy.diagnostics.vocab_kernels`).
     """
     _check(logits, targets, temperature, chunk_size)
-    logp, entropy = _ChunkedLogpEntropy.apply(
-        logits, targets.long(), float(temperature), chunk_size, with_entropy,
-        vocab_kernels.compiles(kernels, logits),
-    )
-    return logp, entropy
+    function = _FusedLogpEntropy if vocab_kernels.compiles(kernels, logits) else _ChunkedLogpEntropy
+    return function.apply(logits, targets.long(), float(temperature), chunk_size, with_entropy)
 
 
 def naive_logprobs_and_entropy(
