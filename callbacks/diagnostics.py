@@ -51,6 +51,7 @@ from lit_entropy.diagnostics.entropy_dynamics import (
     response_values,
 )
 from lit_entropy.diagnostics.token_split import QUADRANTS, entropy_high_low, grad_mass_quadrants
+from lit_entropy.log_steps import iteration_step
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ class EntropyDiagnosticsCallback(pl.Callback):
     Args:
         quantiles: entropy quantiles to log as ``diag/entropy_q<percent>``.
         histogram: add the ``diag/token_entropy`` histogram of response-token entropies to every
-            logger whose ``experiment`` has ``add_histogram`` (TensorBoard), at ``global_step`` =
-            the iteration (``trainer.current_epoch``).
+            logger whose ``experiment`` has ``add_histogram`` (TensorBoard), at the iteration's step
+            (``trainer.current_epoch + 1``, the step of the iteration's scalars: lit_entropy/log_steps.py).
         max_histogram_values: cap on the number of entropies sent to the histogram (an evenly strided
             subsample beyond it); ``None`` sends all.
     """
@@ -184,7 +185,7 @@ class EntropyDiagnosticsCallback(pl.Callback):
         cap = self.max_histogram_values
         if cap is not None and values.numel() > cap:
             values = values[torch.linspace(0, values.numel() - 1, cap).long()]
-        step = int(getattr(trainer, "current_epoch", 0))
+        step = iteration_step(getattr(trainer, "current_epoch", 0))
         for add in targets:
             add(HISTOGRAM_TAG, values, global_step=step)
 

@@ -15,7 +15,8 @@ micro-batches, the loss and its backward; ``finish_backward`` (the shared prompt
 clipping and the optimizer step; ``train/*`` logging. On W ranks (DDP or FSDP2) every rank holds the same
 rollout batch and the same minibatches; each optimizer step normalises with the whole minibatch's counts
 and scales the loss by W so that the strategies' gradient averaging yields the one-rank gradient sum.
-``train/*`` sums are reduced over ranks before they are logged.
+``train/*`` sums are reduced over ranks before they are logged. ``train/*`` is logged at the optimizer step, every
+per-iteration value at the iteration (``step`` = ``iteration`` = ``current_epoch + 1``, lit_entropy/log_steps.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
+from lit_entropy.log_steps import ITERATION, iteration_step
 from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
@@ -388,7 +390,9 @@ class PolicyModule(pl.LightningModule):
             "time/forward": self.time_forward,  # this iteration's no-grad forwards, pre-update pass included
             "time/forward_backward": self.time_forward_backward,
         }
-        self.log_dict(times, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        # This epoch's values go to the iteration's step, not the optimizer step (lit_entropy/log_steps.py).
+        k = float(iteration_step(self.current_epoch))
+        self.log_dict({**times, "step": k, ITERATION: k}, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
         self.time_forward = self.time_forward_backward = 0.0
 
     def _log_text_samples(self, batch: RolloutBatch) -> None:
@@ -404,4 +408,4 @@ class PolicyModule(pl.LightningModule):
             comp = batch.completions[i].replace("|", "\\|") or "(empty)"
             a = float(batch.advantages[i]) if batch.advantages is not None else float("nan")
             lines.append(f"| `{batch.prompts[i]}` | `{comp}` | {float(batch.rewards[i]):.2f} | {a:+.2f} |")
-        experiment.add_text("rollout/samples", "\n".join(lines), global_step=self.current_epoch)
+        experiment.add_text("rollout/samples", "\n".join(lines), global_step=iteration_step(self.current_epoch))

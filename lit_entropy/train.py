@@ -10,11 +10,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
 from lit_entropy.interrupt import InterruptLatch
+from lit_entropy.log_steps import tensorboard_resume, write_again
 from lit_entropy.objectives import trust_region
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.rollout.base import SamplingConfig
@@ -45,20 +47,30 @@ def instantiate_callbacks(cfg: DictConfig | None) -> list[pl.Callback]:
     return found
 
 
-def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None) -> list[Any]:
-    """The ``logger`` nodes. ``resume_step``: a resumed run's first step; TensorBoard writers get it as
-    ``purge_step``, so in the same log folder TensorBoard hides what the interrupted run logged after its
-    checkpoint (the resumed run logs those steps again, identically)."""
+def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None,
+                       resume_iteration: int | None = None) -> list[Any]:
+    """The ``logger`` nodes. ``resume_step``, ``resume_iteration``: a resumed run's first optimizer step and the
+    iterations its checkpoint finished. TensorBoard writers get a ``purge_step`` from them, so in the same log
+    folder TensorBoard hides what the interrupted run logged after its checkpoint (the resumed run logs those
+    steps again, identically), on both axes (:func:`lit_entropy.log_steps.tensorboard_resume`)."""
     if not cfg:
         return []
     out = []
     for node in cfg.values():
         if isinstance(node, DictConfig) and "_target_" in node:
-            extra = {"purge_step": resume_step} if resume_step and "TensorBoardLogger" in node._target_ else {}
+            extra, again = {}, []
+            if resume_step and "TensorBoardLogger" in node._target_:
+                purge = resume_step
+                if resume_iteration is not None:
+                    purge, again = tensorboard_resume(instantiate(node).log_dir, resume_step, resume_iteration)
+                extra = {"purge_step": purge}
             if "MLFlowLogger" in node._target_ and str(node.get("tracking_uri", "")).startswith("file:"):
                 # MLflow 3 asks for an opt-in to its (maintained, not developed) local file store.
                 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            out.append(instantiate(node, **extra))
+            logger = instantiate(node, **extra)
+            if again and rank_zero_only.rank == 0:  # the process that writes the logs (rank 0's experiment)
+                write_again(logger.experiment, again)
+            out.append(logger)
     return out
 
 
@@ -115,11 +127,12 @@ def check_batch_and_algo(batch: BatchConfig, algo: Any) -> None:
                          "baseline and learns from them: pick one")
 
 
-def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -> tuple[pl.Trainer, Any, Any]:
+def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
+          resume_iteration: int | None = None) -> tuple[pl.Trainer, Any, Any]:
     """The trainer, the module and the rollout DataModule of a composed config.
 
     ``engine`` replaces the ``rollout`` group's engine factory (e.g. to share one started engine
-    between several fits in one process). ``resume_step``: see :func:`instantiate_loggers`.
+    between several fits in one process). ``resume_step``, ``resume_iteration``: see :func:`instantiate_loggers`.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     quiet_third_party(bool(cfg.get("verbose", False)))  # before the engine imports vLLM
@@ -150,7 +163,7 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None) -
     check_controllers_and_algo(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
                          _recursive_=False)
-    loggers = instantiate_loggers(cfg.get("logger"), resume_step)
+    loggers = instantiate_loggers(cfg.get("logger"), resume_step, resume_iteration)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if loggers:
         for lg in loggers:
@@ -168,8 +181,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     """
     ckpt_path = cfg.get("ckpt_path")
     special = ckpt_path in ("last", "hpc", "registry")  # Lightning resolves these names itself
-    resume_step = check_resumable(ckpt_path)["step"] if ckpt_path and not special else None
-    trainer, module, datamodule = build(cfg, resume_step=resume_step)
+    resume = check_resumable(ckpt_path) if ckpt_path and not special else {}
+    trainer, module, datamodule = build(cfg, resume_step=resume.get("step"), resume_iteration=resume.get("iteration"))
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     finally:

@@ -159,7 +159,7 @@ class Harness:
         cfg = self.compose(list(overrides), run_dir, smoke)
         ckpt_path = cfg.get("ckpt_path")
         special = ckpt_path in ("last", "hpc", "registry")
-        resume_step = check_resumable(ckpt_path)["step"] if ckpt_path and not special else None
+        resume = check_resumable(ckpt_path) if ckpt_path and not special else {}
         share = (cfg.rollout.engine._target_ == VLLM_TARGET and not fresh_engine
                  and not cfg.rollout.get("max_staleness", 0))
         if cfg.rollout.engine._target_ == VLLM_TARGET and not share:
@@ -170,7 +170,8 @@ class Harness:
         clean = False
         try:
             with _process_state() as caught:
-                trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume_step)
+                trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume.get("step"),
+                                                    resume_iteration=resume.get("iteration"))
                 try:
                     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
                 finally:

@@ -1,10 +1,14 @@
 """Chosen metrics overlaid across runs: one panel per metric, one line per run, plus a Markdown table.
 
-Per-iteration metrics (one value per RL iteration, e.g. ``rollout/*``) are drawn against the iteration
-(the logged ``epoch``), so runs with different numbers of optimizer steps per iteration line up;
-per-step metrics (``train/*``) against the optimizer step. The table holds, per run and metric, the
-final value and the best (the maximum, or the minimum for metrics whose name contains "loss" or
-"error"), computed on the raw, unsmoothed values. The ``rollout/entropy`` panel also shows what an
+Per-iteration metrics (one value per RL iteration, e.g. ``rollout/*``) are drawn against the iteration k
+(1 for the first; 0 for the evaluation of the starting policy), so runs with different numbers of optimizer
+steps per iteration line up; per-step metrics (``train/*``) against the optimizer step. A run that logged the
+``iteration`` marker wrote its per-iteration metrics at step k already (lit_entropy/log_steps.py); an older run
+wrote everything at the optimizer step, and its per-iteration values are placed through the logged ``epoch``
+(the value written at the end of epoch e is iteration e + 1), so old and new runs line up in one figure.
+
+The table holds, per run and metric, the final value and the best (the maximum, or the minimum for metrics
+whose name contains "loss" or "error"), computed on the raw, unsmoothed values. The ``rollout/entropy`` panel also shows what an
 entropy controller aimed at: its band (``control/band_low``..``control/band_high``) shaded, or its
 target (``control/target_entropy``) dashed, in the run's colour.
 """
@@ -15,6 +19,7 @@ import math
 from pathlib import Path
 
 from lit_entropy.analysis.runs import read_scalars, run_labels
+from lit_entropy.log_steps import ITERATION, on_optimizer_step
 
 DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/response_len_mean"
 ENTROPY = "rollout/entropy"
@@ -32,14 +37,36 @@ def best(metric: str, values: list[float]) -> float:
     return min(finite) if lower_is_better(metric) else max(finite)
 
 
-def against_iteration(points: list[tuple[int, float]], epoch_of: dict[int, float]) -> list[tuple[float, float]] | None:
-    """The points re-indexed by iteration when the metric has at most one value per iteration, else None."""
+def against_iteration(points: list[tuple[int, float]], epoch_of: dict[int, float],
+                      at_start: bool = False) -> list[tuple[float, float]] | None:
+    """A run logged before the ``iteration`` marker (every value at the optimizer step): the points re-indexed by
+    iteration through the logged ``epoch`` when the metric has at most one value per iteration, else None. A value
+    written in epoch e belongs to iteration e + 1; with ``at_start`` (an ``eval/*`` metric) a value at step 0 before
+    epoch 0 ended is the starting policy's (``callbacks.eval.at_start``), iteration 0."""
     if not epoch_of or any(s not in epoch_of for s, _ in points):
         return None
-    its = [epoch_of[s] for s, _ in points]
+    start = at_start and 0 in epoch_of and epoch_of.get(1) == epoch_of[0]  # step 0 is not epoch 0's last step
+    its = [0 if start and s == 0 else epoch_of[s] + 1 for s, _ in points]
     if len(set(its)) != len(its):
         return None
     return [(it, v) for it, (_, v) in zip(its, points, strict=True)]
+
+
+def by_iteration(metric: str, scalars: dict, epoch_of: dict[int, float] | None = None
+                 ) -> list[tuple[float, float]] | None:
+    """One run's ``metric`` against the iteration, or None when it is a per-step metric (drawn against the optimizer
+    step). A run with the ``iteration`` marker logged its per-iteration metrics at the iteration: their steps are
+    used as they are (never mapped through ``epoch``, whose steps are optimizer steps). ``epoch_of``: step -> logged
+    ``epoch`` of an older run (read from ``scalars`` when not given)."""
+    points = scalars.get(metric, [])
+    if ITERATION in scalars:
+        iterations = {s for s, _ in scalars[ITERATION]} | {0}  # 0: the evaluation at start
+        if on_optimizer_step(metric) or any(s not in iterations for s, _ in points):
+            return None
+        return [(s, v) for s, v in points]
+    if epoch_of is None:
+        epoch_of = {s: v for s, v in scalars.get("epoch", [])}
+    return against_iteration(points, epoch_of, at_start=metric.startswith("eval/"))
 
 
 def moving_average(values: list[float], n: int) -> list[float]:
@@ -59,7 +86,7 @@ def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: st
 
     def xy(tag: str) -> tuple[list[float], list[float]]:
         points = scalars.get(tag, [])
-        pts = against_iteration(points, epoch_of) or points
+        pts = by_iteration(tag, scalars, epoch_of) or points
         return [p[0] for p in pts], [p[1] for p in pts]
 
     low, high = xy("control/band_low"), xy("control/band_high")
@@ -112,7 +139,7 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
             if not points:
                 continue
             epoch_of = {s: v for s, v in data[run].get("epoch", [])}
-            by_it = against_iteration(points, epoch_of)
+            by_it = by_iteration(metric, data[run], epoch_of)
             x_names.add("iteration" if by_it is not None else "step")
             xy = by_it if by_it is not None else points
             xs, ys = [p[0] for p in xy], [p[1] for p in xy]

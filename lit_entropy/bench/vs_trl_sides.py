@@ -69,10 +69,12 @@ def run_ours(spec: dict) -> dict:
     import lightning.pytorch as pl
     from lightning.pytorch.loggers.logger import Logger
 
+    from lit_entropy.log_steps import ITERATION
     from lit_entropy.train import build
 
     class Capture(Logger):
-        """Keeps every logged ``time/*`` and ``rollout/accuracy`` value, keyed by epoch (= RL iteration)."""
+        """Keeps every logged ``time/*`` and ``rollout/accuracy`` value, keyed by epoch (= RL iteration, from 0;
+        each iteration's values come with ``iteration`` = epoch + 1, lit_entropy/log_steps.py)."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -82,12 +84,12 @@ def run_ours(spec: dict) -> dict:
         version = property(lambda self: 0)
 
         def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-            epoch = metrics.get("epoch")
-            if epoch is None:
+            iteration = metrics.get(ITERATION)
+            if iteration is None:  # an optimizer step's values
                 return
             for key, value in metrics.items():
                 if key.startswith("time/") or key == "rollout/accuracy":
-                    self.by_epoch[int(epoch)][key] = float(value)
+                    self.by_epoch[int(iteration) - 1][key] = float(value)
 
         def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
             pass

@@ -95,10 +95,14 @@ def test_the_entropy_panel_shows_the_controllers_band_or_target():
     band = {"control/band_low": [(1, 0.45), (3, 0.44)], "control/band_high": [(1, 0.55), (3, 0.54)]}
     ax = RecordingAxes()
     draw_controller_aim(ax, band, epoch_of, "C0")
-    assert ax.calls == [("band", ([0.0, 1.0], [0.45, 0.44], [0.55, 0.54]))]  # against the iteration
+    assert ax.calls == [("band", ([1.0, 2.0], [0.45, 0.44], [0.55, 0.54]))]  # against the iteration (epoch + 1)
     ax = RecordingAxes()
     draw_controller_aim(ax, {"control/target_entropy": [(1, 0.5), (3, 0.5)]}, epoch_of, "C0")
-    assert ax.calls == [("target", ([0.0, 1.0], [0.5, 0.5]))]
+    assert ax.calls == [("target", ([1.0, 2.0], [0.5, 0.5]))]
+    # A run with the `iteration` marker logged its band at the iteration already: its steps are used as they are.
+    ax = RecordingAxes()
+    draw_controller_aim(ax, {**band, "iteration": [(1, 1.0), (3, 3.0)]}, {1: 5.0, 3: 7.0}, "C0")
+    assert ax.calls == [("band", ([1, 3], [0.45, 0.44], [0.55, 0.54]))]
     ax = RecordingAxes()
     draw_controller_aim(ax, {}, epoch_of, "C0")
     assert ax.calls == []

@@ -181,7 +181,7 @@ def test_histogram_goes_to_loggers_that_support_it():
     EntropyDiagnosticsCallback().on_rollout_batch(trainer_at(3, exp), None, batch)
     assert len(exp.calls) == 1
     tag, values, step = exp.calls[0]
-    assert tag == HISTOGRAM_TAG and step == 3
+    assert tag == HISTOGRAM_TAG and step == 4  # Lightning epoch 3 is iteration 4: the step of its scalars
     torch.testing.assert_close(values, batch.entropy[batch.response_mask])
     # No logger, or one without add_histogram (CSV): skipped silently; histogram=False: never.
     EntropyDiagnosticsCallback().on_rollout_batch(trainer_at(0), None, make_batch(0))
@@ -207,7 +207,7 @@ def test_histogram_written_to_a_real_tensorboard_file(tmp_path):
     acc = accumulator.EventAccumulator(str(tmp_path))
     acc.Reload()
     assert HISTOGRAM_TAG in acc.Tags()["histograms"]
-    assert [e.step for e in acc.Histograms(HISTOGRAM_TAG)] == [2]
+    assert [e.step for e in acc.Histograms(HISTOGRAM_TAG)] == [3]  # epoch 2 = iteration 3
 
 
 def test_missing_scores_skip_only_the_score_metrics():

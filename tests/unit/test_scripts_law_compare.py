@@ -121,6 +121,29 @@ def test_compare_script(runs, tmp_path):
     assert md.splitlines()[0] in proc.stdout
 
 
+def test_compare_places_runs_with_the_iteration_marker_at_their_steps_and_older_runs_through_epoch():
+    from lit_entropy.analysis.compare import by_iteration
+
+    # As the module logs now (lit_entropy/log_steps.py): 3 iterations of 2 optimizer steps, eval at start and after 3.
+    new = {"iteration": [(1, 1.0), (2, 2.0), (3, 3.0)], "epoch": [(s, float(s // 2)) for s in range(6)],
+           "rollout/entropy": [(1, 0.5), (2, 0.4), (3, 0.3)], "train/loss_epoch": [(1, 1.0), (2, 0.9), (3, 0.8)],
+           "eval/pass@1": [(0, 0.1), (3, 0.3)], "train/loss": [(s, 1.0 / (1 + s)) for s in range(6)]}
+    assert by_iteration("rollout/entropy", new) == new["rollout/entropy"]  # not through `epoch` (steps 1, 2: epoch 0, 1)
+    assert by_iteration("train/loss_epoch", new) == new["train/loss_epoch"]
+    assert by_iteration("eval/pass@1", new) == new["eval/pass@1"]
+    assert by_iteration("train/loss", new) is None  # per optimizer step
+    # The same run logged before the marker: every value at the optimizer step, per-iteration ones at the epoch's
+    # last step; it lands on the same iterations.
+    old = {"epoch": new["epoch"], "rollout/entropy": [(1, 0.5), (3, 0.4), (5, 0.3)],
+           "eval/pass@1": [(0, 0.1), (5, 0.3)], "train/loss": new["train/loss"]}
+    for metric in ("rollout/entropy", "eval/pass@1"):
+        assert by_iteration(metric, old) == by_iteration(metric, new), metric
+    assert by_iteration("train/loss", old) is None
+    # One optimizer step per iteration: train/* has as many points as iterations and is still per step.
+    one = {"iteration": [(1, 1.0), (2, 2.0)], "train/loss": [(0, 1.0), (1, 0.5)], "rollout/entropy": [(1, 0.5), (2, 0.4)]}
+    assert by_iteration("train/loss", one) is None and by_iteration("rollout/entropy", one) == one["rollout/entropy"]
+
+
 def test_study_table_names_controllers_with_their_mode_and_scores_the_second_half(tmp_path):
     entrocraft = {"_target_": "lit_entropy.callbacks.entrocraft.EntrocraftCallback"}
     configs = {
@@ -148,5 +171,10 @@ def test_compare_helpers_pick_best_smooth_and_reindex_by_iteration():
     assert best("train/loss", [3.0, 1.0, math.nan]) == 1.0 and best("rollout/accuracy", [0.1, 0.4]) == 0.4
     assert math.isnan(best("rollout/accuracy", [math.nan]))
     assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
-    assert against_iteration([(1, 5.0), (3, 6.0)], {1: 0, 3: 1}) == [(0, 5.0), (1, 6.0)]
+    # A run logged before the `iteration` marker: a value written in epoch e is iteration e + 1.
+    assert against_iteration([(1, 5.0), (3, 6.0)], {1: 0, 3: 1}) == [(1, 5.0), (2, 6.0)]
     assert against_iteration([(0, 5.0), (1, 6.0)], {0: 0, 1: 0}) is None  # two values in one iteration: per step
+    # ...but an eval metric's value at step 0, before epoch 0 ended, is the evaluation at start: iteration 0.
+    epochs = {0: 0, 1: 0, 2: 1, 3: 1}
+    assert against_iteration([(0, 0.2), (3, 0.4)], epochs, at_start=True) == [(0, 0.2), (2, 0.4)]
+    assert against_iteration([(0, 0.2), (3, 0.4)], epochs) == [(1, 0.2), (2, 0.4)]
