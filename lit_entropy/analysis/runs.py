@@ -22,16 +22,19 @@ def event_files(run_dir: str | Path) -> list[Path]:
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of every event file below ``run_dir``: ``tag -> [(step, value), ...]`` sorted by step.
+    """Every scalar below ``run_dir`` as TensorBoard shows it: ``tag -> [(step, value), ...]`` sorted by step.
 
-    Points from several event files (a resumed run writes a new one) are merged; the sort is stable, so
-    two points at the same step keep the order in which they were written. Nothing is dropped.
+    The event files of one folder are read in order by one accumulator, which applies the purges a resumed run
+    asks for (its writer's ``purge_step`` drops what the interrupted run logged after its checkpoint, which the
+    resumed run logs again: :func:`lit_entropy.log_steps.tensorboard_resume`), so a resumed run reads like an
+    uninterrupted one. Folders are merged; the sort is stable, so two points at the same step keep the order in
+    which they were written.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out: dict[str, list[tuple[int, float]]] = {}
-    for f in event_files(run_dir):
-        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+    for folder in dict.fromkeys(f.parent for f in event_files(run_dir)):
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
             out.setdefault(tag, []).extend((int(e.step), float(e.value)) for e in acc.Scalars(tag))
@@ -43,8 +46,8 @@ def wall_times(run_dir: str | Path, tag: str) -> list[float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     times: list[float] = []
-    for f in event_files(run_dir):
-        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+    for folder in dict.fromkeys(f.parent for f in event_files(run_dir)):  # purges applied, as in read_scalars
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         acc.Reload()
         if tag in acc.Tags().get("scalars", []):
             times.extend(e.wall_time for e in acc.Scalars(tag))

@@ -1,0 +1,27 @@
+"""Reading runs back (lit_entropy/analysis/runs.py): a resumed run reads like an uninterrupted one."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+from lit_entropy.analysis.runs import read_scalars, wall_times
+
+
+def test_a_resumed_runs_purge_drops_what_the_interrupted_run_logged_after_its_checkpoint(tmp_path: Path) -> None:
+    folder = tmp_path / "run" / "tensorboard"
+    first = SummaryWriter(str(folder))
+    for k in range(1, 6):  # interrupted after iteration 5; its checkpoint is after iteration 3
+        first.add_scalar("rollout/entropy", 1.0 + k, k)
+    first.close()
+    time.sleep(1.1)  # a new event file name (it carries the creation time in seconds)
+    resumed = SummaryWriter(str(folder), purge_step=4)
+    for k in range(4, 7):
+        resumed.add_scalar("rollout/entropy", 10.0 + k, k)
+    resumed.close()
+    assert len(list(folder.glob("events.out.tfevents.*"))) == 2
+    assert read_scalars(tmp_path / "run")["rollout/entropy"] == [
+        (1, 2.0), (2, 3.0), (3, 4.0), (4, 14.0), (5, 15.0), (6, 16.0)]
+    assert len(wall_times(tmp_path / "run", "rollout/entropy")) == 6
