@@ -1,0 +1,49 @@
+"""Which of the lab's verdicts hold on the real model: two protocols' verdicts on the same claims, side by side.
+
+The lab (``conf/protocol/collapse.yaml``) and the real-LM study (``conf/protocol/real_lm.yaml``) judge the same
+methods on claims of the same meaning under different names (the lab's ``pass@1`` is the real model's held-out
+``ho_pass@1``). For each method and claim both judged, :func:`compare_verdicts` says what became of the lab's
+verdict:
+
+* *transfers*: the same label on both (reproduced on both, or not reproduced on both);
+* *reverses*: one reproduced and the other's interval excludes 0 against the claim;
+* *cannot separate*: one reproduced and the other's interval includes 0;
+* *not comparable*: either side was not tested at its dose or had too few seeds.
+"""
+
+from __future__ import annotations
+
+from lit_entropy.analysis.dose import NOT_TESTED
+from lit_entropy.analysis.verdicts import NOT_REPRODUCED, REPRODUCED, Verdict
+
+METRIC_MAP = {"pass@1": "ho_pass@1", "pass@64": "ho_pass@64", "h_final": "h_final"}
+"""The lab's claim metrics and the real-LM study's metric of the same meaning (held-out, disjoint split)."""
+
+
+def outcome(lab: Verdict, real: Verdict) -> str:
+    """What became of the lab's verdict on the real model (see the module docstring)."""
+    if NOT_TESTED in (lab.label, real.label) or lab.interval is None or real.interval is None:
+        return "not comparable"
+    if lab.label == real.label:
+        return "transfers"
+    against = real if lab.label == REPRODUCED else lab  # the side that did not reproduce
+    lo, hi = against.interval if against.claim.direction == "higher" else (-against.interval[1], -against.interval[0])
+    return "reverses" if hi < 0 and against.label == NOT_REPRODUCED else "cannot separate"
+
+
+def compare_verdicts(lab: list[Verdict], real: list[Verdict], metric_map: dict[str, str] = METRIC_MAP) -> str:
+    """The Markdown table: one row per method and claim that both studies judged, in the lab's order."""
+    by_key = {(v.method, v.claim.metric): v for v in real}
+    lines = ["| method | claim | lab: Δ vs GRPO, label | real LM: Δ vs GRPO, label | outcome |", "|---|---|---|---|---|"]
+
+    def cell(v: Verdict) -> str:
+        return (f"{v.mean:+.3f}, " if v.mean is not None else "") + v.label
+
+    for v in lab:
+        other = by_key.get((v.method, metric_map.get(v.claim.metric, v.claim.metric)))
+        if other is None:
+            continue
+        sign = ">" if v.claim.direction == "higher" else "<"
+        lines.append(f"| {v.method} | {v.claim.metric} {sign} GRPO | {cell(v)} | {cell(other)} | "
+                     f"**{outcome(v, other)}** |")
+    return "\n".join(lines)
