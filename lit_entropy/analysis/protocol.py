@@ -155,6 +155,12 @@ class Protocol:
     """False: each finished run's checkpoints are deleted (what resume needs is kept until the run is done)."""
     seed_claims: list[SeedClaim] = field(default_factory=list)
     """The seed papers' claims that are not a method against the baseline (:mod:`lit_entropy.analysis.seed_claims`)."""
+    nearest: dict[str, Any] = field(default_factory=dict)
+    """``{methods: M, seeds: [...], metric: m}``: once every method has run on its evaluation seeds, the M methods
+    whose ``metric`` is nearest the baseline's (smallest |mean paired difference|) also run on ``seeds``, which the
+    baseline has: the cells hardest to tell from it get the baseline's number of seeds."""
+    extra_seeds: dict[str, list[int]] = field(default_factory=dict)
+    """Seeds added to methods after a first evaluation (``nearest``); read back from ``nearest.json``."""
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher
@@ -176,6 +182,10 @@ class Protocol:
         if set(self.tune) - {"iterations", "eval"}:
             raise ValueError(f"protocol {self.name}: tune keys {sorted(set(self.tune) - {'iterations', 'eval'})}; "
                              "the keys are ['eval', 'iterations']")
+        if self.nearest and (set(self.nearest) != {"methods", "seeds", "metric"} or self.nearest["metric"] not in COLUMNS
+                             or not set(self.nearest["seeds"]) <= set(self.seeds_of(self.baseline))):
+            raise ValueError(f"protocol {self.name}: nearest {self.nearest} must give methods, seeds (among "
+                             f"{self.baseline}'s) and metric (a run-summary column)")
         loose = set(self.calibrate) - set(self.methods[self.baseline].grid)
         if loose:
             raise ValueError(f"protocol {self.name}: calibrate {sorted(loose)} are not keys of {self.baseline}'s grid")
@@ -207,7 +217,8 @@ class Protocol:
     def seeds_of(self, method: str) -> list[int]:
         """A method's evaluation seeds: its own, else the protocol's."""
         own = self.methods[method].evaluation_seeds
-        return list(own) if own is not None else list(self.evaluation_seeds)
+        seeds = list(own) if own is not None else list(self.evaluation_seeds)
+        return seeds + [s for s in self.extra_seeds.get(method, []) if s not in seeds]
 
     def control_points(self) -> list[Point]:
         """The baseline at each ``controls`` setting (its fixed overrides, then the control's), named like a grid
@@ -279,7 +290,7 @@ class ProtocolPlan(StudyPlan):
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
          "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls", "tune", "calibrate",
-         "columns", "keep_checkpoints", "seed_claims"}
+         "columns", "keep_checkpoints", "seed_claims", "nearest"}
 _METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims", "evaluation_seeds"}
 
 

@@ -42,9 +42,34 @@ def tuning_table(picks: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def nearest_methods(protocol: Protocol, picks: dict[str, Any], out: Path) -> list[str]:
+    """``protocol.nearest``'s methods, chosen once from the runs under ``out`` and kept in ``out/nearest.json`` (a
+    resumed study keeps its choice); their extra seeds are set on ``protocol.extra_seeds``."""
+    f = out / "nearest.json"
+    if f.is_file():
+        chosen = json.loads(f.read_text())["methods"]
+    else:
+        points = picked_points(picks, protocol)
+        runs = collect(protocol.plan(points, protocol.all_evaluation_seeds()), out, points)
+        base, metric = runs.get(points[0].name, {}), protocol.nearest["metric"]
+        gaps = {}
+        for p in points[1:]:
+            mine = runs.get(p.name, {})
+            diffs = [mine[s][metric] - base[s][metric] for s in sorted(set(mine) & set(base))
+                     if mine[s].get(metric) is not None and base[s].get(metric) is not None]
+            if diffs:
+                gaps[p.method] = abs(sum(diffs) / len(diffs))
+        chosen = sorted(gaps, key=lambda m: (gaps[m], m))[: protocol.nearest["methods"]]
+        f.write_text(json.dumps({"metric": metric, "gaps": gaps, "methods": chosen}, indent=1))
+    protocol.extra_seeds = {m: list(protocol.nearest["seeds"]) for m in chosen}
+    return chosen
+
+
 def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
     """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
     interval, and each control as the baseline, would change."""
+    if protocol.nearest and (out / "nearest.json").is_file():
+        nearest_methods(protocol, picks, out)
     points = picked_points(picks, protocol)
     controls = protocol.control_points()
     plan = protocol.plan([*points, *controls], protocol.all_evaluation_seeds(), extra)
@@ -118,6 +143,11 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     points = evaluation_points(picks, protocol)
     plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
     run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
+    if protocol.nearest:
+        near = nearest_methods(protocol, picks, out / "evaluate")
+        log(f"[study] nearest {protocol.baseline} by {protocol.nearest['metric']}: {near}; seeds {protocol.nearest['seeds']}")
+        plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
+        run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
     report = evaluation_report(protocol, picks, out / "evaluate", extra)
     (out / "evaluate.md").write_text(report + "\n")
     from lit_entropy.analysis.study_plot import plot

@@ -303,3 +303,29 @@ def test_the_evaluation_report_judges_the_seed_claims_with_the_protocols_interva
     assert "**The seed papers' own claims**" in report
     assert "| 001 | grpo above a level | grpo | pass@8 > | 0.3 | 3 | +0.100 |" in report
     assert "| 004 | clip_cov over the control | clip_cov | pass@8 > | grpo-lr0.0001 | 3 | +0.050 |" in report
+
+
+def test_the_methods_nearest_the_baseline_get_its_extra_seeds_once_chosen(tmp_path: Path) -> None:
+    from lit_entropy.analysis.protocol_phases import nearest_methods
+
+    text = TINY.replace("grpo: {grid", "grpo: {evaluation_seeds: [0, 1, 2, 3], grid") + (
+        "  far: {algo: grpo, controller: repo_r}\n"
+        "nearest: {methods: 1, seeds: [3], metric: pass@8}\n")
+    p = _tiny(tmp_path, text)
+    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                             "overrides": list(pt.overrides), "setting": pt.setting}
+                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]),
+                                       ("far", p.methods["far"].points()[0]))}}
+    for seed in (0, 1, 2):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.40)
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.42, masked=0.02)  # gap 0.02
+        _run(run_dir(tmp_path, "grpo@far-preset", "repo_r", seed), 0.2, 0.60)  # gap 0.20
+    assert nearest_methods(p, picks, tmp_path) == ["clip_cov"]
+    assert p.seeds_of("clip_cov") == [0, 1, 2, 3] and p.seeds_of("far") == [0, 1, 2]
+    plan = p.plan(picked_points(picks, p), p.all_evaluation_seeds())
+    assert [(a.split("@")[1], s) for a, _, s in plan.runs() if s == 3] == [("grpo-lr0.0002", 3), ("clip_cov-rho0.01", 3)]
+    _run(run_dir(tmp_path, "grpo@far-preset", "repo_r", 0), 0.2, 0.40)  # later runs do not change the choice
+    fresh = _tiny(tmp_path, text)
+    assert nearest_methods(fresh, picks, tmp_path) == ["clip_cov"] and fresh.seeds_of("clip_cov") == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="nearest"):
+        _tiny(tmp_path, text.replace("seeds: [3]", "seeds: [7]"))  # not among the baseline's seeds
