@@ -41,6 +41,12 @@ def _tiny(tmp_path: Path, text: str = TINY):
     return load_protocol(f)
 
 
+def _picks(*chosen: tuple[str, object]) -> dict:
+    """A picks.json for the given (method, point) pairs, as tuning writes it."""
+    return {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
+                            "overrides": list(pt.overrides), "setting": pt.setting} for m, pt in chosen}}
+
+
 def _run(folder: Path, p1: float, p8: float, masked: float | None = None) -> None:
     writer = SummaryWriter(str(folder / "tensorboard"))
     for i in range(2):
@@ -144,9 +150,7 @@ def test_tune_picks_by_the_criterion_and_leaves_unfinished_methods_without_a_pic
 
 def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> None:
     p = _tiny(tmp_path)
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     base = [0.40, 0.42, 0.38]
     for seed in (0, 1, 2):
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, base[seed])
@@ -162,9 +166,7 @@ def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> No
 def test_the_report_names_the_labels_the_other_interval_would_change(tmp_path: Path) -> None:
     """Differences +0.30, +0.01, +0.02: every bootstrap mean is > 0 (reproduced), the t interval reaches below 0."""
     p = _tiny(tmp_path)
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     for seed, gain in zip((0, 1, 2), (0.30, 0.01, 0.02), strict=True):
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
         _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.4 + gain, masked=0.02)
@@ -214,9 +216,7 @@ def test_a_control_runs_on_the_evaluation_seeds_and_the_report_rejudges_against_
     (control,) = p.control_points()
     assert (control.name, control.overrides, control.setting) == ("grpo-lr0.0001", ("optim.lr=1.0e-4",), "optim.lr=0.0001")
     assert control in p.all_points() and control not in p.tuning_points()
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     for seed, noise in zip((0, 1, 2), (0.0, 0.01, -0.01), strict=True):
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0001", "none", seed), 0.2, 0.5 + noise)
@@ -239,9 +239,7 @@ def test_tuning_has_its_own_length_and_evaluation_and_the_baseline_its_own_seeds
     p = _tiny(tmp_path, text)
     tune = p.plan(p.tuning_points(), p.tuning_seeds, phase="tune")
     assert (tune.iterations, tune.eval_n, tune.eval_ks, tune.eval_problems, tune.eval_every) == (5, 16, (1, 8), 2, 5)
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     plan = p.plan(picked_points(picks, p), p.all_evaluation_seeds())
     assert (plan.iterations, plan.eval_n, plan.eval_ks) == (2, 8, (1, 8))
     assert [(a.split("@")[0], s) for a, _, s in plan.runs()] == [
@@ -253,10 +251,8 @@ def test_tuning_has_its_own_length_and_evaluation_and_the_baseline_its_own_seeds
 def test_a_calibrated_key_of_the_baselines_pick_is_given_to_every_other_method(tmp_path: Path) -> None:
     p = _tiny(tmp_path, TINY.replace("name: tiny", "name: tiny\ncalibrate: [optim.lr]")
               + "  own_lr: {algo: grpo, controller: repo_r, fixed: [optim.lr=3.0e-4]}\n")
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]),
-                                       ("own_lr", p.methods["own_lr"].points()[0]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]),
+                   ("own_lr", p.methods["own_lr"].points()[0]))
     got = {pt.method: pt.overrides for pt in picked_points(picks, p)}
     assert got == {"grpo": ("optim.lr=0.0002",), "clip_cov": ("optim.lr=0.0002", "algo.selection_args.rho=0.01"),
                    "own_lr": ("optim.lr=3.0e-4",)}  # a method that sets the key keeps its own
@@ -292,9 +288,7 @@ def test_the_evaluation_report_judges_the_seed_claims_with_the_protocols_interva
         "  - {seed: '001', text: grpo above a level, method: grpo, metric: pass@8, above: 0.3}\n"
         "  - {seed: '004', text: clip_cov over the control, method: clip_cov, versus: grpo-lr0.0001, metric: pass@8}\n")
     p = _tiny(tmp_path, text)
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     for seed, noise in zip((0, 1, 2), (0.0, 0.01, -0.01), strict=True):
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4 + noise)
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0001", "none", seed), 0.2, 0.45)
@@ -312,10 +306,8 @@ def test_the_methods_nearest_the_baseline_get_its_extra_seeds_once_chosen(tmp_pa
         "  far: {algo: grpo, controller: repo_r}\n"
         "nearest: {methods: 1, seeds: [3], metric: pass@8}\n")
     p = _tiny(tmp_path, text)
-    picks = {"methods": {m: {"point": pt.name, "algo": pt.algo, "controller": pt.controller,
-                             "overrides": list(pt.overrides), "setting": pt.setting}
-                         for m, pt in (("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]),
-                                       ("far", p.methods["far"].points()[0]))}}
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]),
+                   ("far", p.methods["far"].points()[0]))
     for seed in (0, 1, 2):
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.40)
         _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.42, masked=0.02)  # gap 0.02
