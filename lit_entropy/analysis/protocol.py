@@ -161,6 +161,10 @@ class Protocol:
     baseline has: the cells hardest to tell from it get the baseline's number of seeds."""
     extra_seeds: dict[str, list[int]] = field(default_factory=dict)
     """Seeds added to methods after a first evaluation (``nearest``); read back from ``nearest.json``."""
+    lab: dict[str, str] = field(default_factory=dict)
+    """``{protocol: P, records: R}``: another protocol (paths from the checkout's root) whose verdicts, rebuilt from
+    its shipped records, the report sets beside this one's on the claims both judged
+    (:mod:`lit_entropy.analysis.lab_to_real`)."""
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher
@@ -186,6 +190,8 @@ class Protocol:
                              or not set(self.nearest["seeds"]) <= set(self.seeds_of(self.baseline))):
             raise ValueError(f"protocol {self.name}: nearest {self.nearest} must give methods, seeds (among "
                              f"{self.baseline}'s) and metric (a run-summary column)")
+        if self.lab and set(self.lab) != {"protocol", "records"}:
+            raise ValueError(f"protocol {self.name}: lab {self.lab} must give protocol and records (two paths)")
         loose = set(self.calibrate) - set(self.methods[self.baseline].grid)
         if loose:
             raise ValueError(f"protocol {self.name}: calibrate {sorted(loose)} are not keys of {self.baseline}'s grid")
@@ -290,7 +296,7 @@ class ProtocolPlan(StudyPlan):
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
          "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls", "tune", "calibrate",
-         "columns", "keep_checkpoints", "seed_claims", "nearest"}
+         "columns", "keep_checkpoints", "seed_claims", "nearest", "lab"}
 _METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims", "evaluation_seeds"}
 
 

@@ -5,10 +5,12 @@ verdicts by :mod:`lit_entropy.analysis.verdicts` and the figure."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from lit_entropy.analysis.dose import dose_legend, method_of
+from lit_entropy.analysis.lab_to_real import compare_verdicts
 from lit_entropy.analysis.method_study import run_study, summarise
 from lit_entropy.analysis.protocol import (
     Point,
@@ -16,6 +18,7 @@ from lit_entropy.analysis.protocol import (
     collect,
     eval_columns,
     evaluation_points,
+    load_protocol,
     pass_k,
     pick,
     picked_points,
@@ -67,7 +70,8 @@ def nearest_methods(protocol: Protocol, picks: dict[str, Any], out: Path) -> lis
 
 def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
     """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
-    interval, and each control as the baseline, would change."""
+    interval, and each control as the baseline, would change; the seed papers' claims; the lab's verdicts beside
+    these (``lab``)."""
     if protocol.nearest and (out / "nearest.json").is_file():
         nearest_methods(protocol, picks, out)
     points = picked_points(picks, protocol)
@@ -77,19 +81,13 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     table, _ = summarise(plan, out, columns, sort_by=next((c for c in reversed(columns) if pass_k(c)), "acc_last20"))
     runs = collect(plan, out, [*points, *controls])
     by_method = {p.method: runs.get(p.name, {}) for p in points}
-    settings = {m: picks["methods"][m]["setting"] for m in by_method}
-    claims = {m: protocol.claims_of(m) for m in by_method}
     dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
-
-    def judged(baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule) -> list[Verdict]:
-        return judge({**by_method, protocol.baseline: baseline_runs}, protocol.baseline, claims, rule, settings,
-                     dose_of=dose_of)
-
-    verdicts = judged(by_method[protocol.baseline], protocol.interval)
+    verdicts = _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of)
     legend = dose_legend(list(dose_of.values()))
     other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
-    check = judged(by_method[protocol.baseline], other)
-    against = [control_line(verdicts, judged(runs.get(c.name, {}), protocol.interval), protocol.baseline, c)
+    check = _judged(protocol, picks, by_method, by_method[protocol.baseline], other, dose_of)
+    against = [control_line(verdicts, _judged(protocol, picks, by_method, runs.get(c.name, {}), protocol.interval,
+                                              dose_of), protocol.baseline, c)
                for c in controls]
     seeds = ""
     if protocol.seed_claims:
@@ -98,9 +96,48 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
                  "(its per-seed values minus the level) or against another cell (paired by seed), the same interval and "
                  "labels.\n\n" + seed_claims_table(judge_seed_claims(protocol.seed_claims, cells, protocol.interval,
                                                                     dose_of)))
+    lab = lab_table(protocol, verdicts) if protocol.lab else ""
     return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
                                                                                    protocol.interval),
-                                    sensitivity(verdicts, check, other.kind), *against, seeds) if x)
+                                    sensitivity(verdicts, check, other.kind), *against, seeds, lab) if x)
+
+
+def lab_table(protocol: Protocol, verdicts: list[Verdict]) -> str:
+    """The block that sets the ``lab`` protocol's verdicts, rebuilt from its records, beside ``verdicts``."""
+    lab = records_verdicts(_from_root(protocol.lab["protocol"]), _from_root(protocol.lab["records"]))
+    return (f"**The lab's verdicts beside these** ({protocol.lab['protocol']}, rebuilt from {protocol.lab['records']}; "
+            f"lit_entropy/analysis/lab_to_real.py):\n\n" + compare_verdicts(lab, verdicts))
+
+
+def _judged(protocol: Protocol, picks: dict[str, Any], by_method: dict[str, dict[int, dict[str, Any]]],
+            baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule, dose_of: dict[str, str]) -> list[Verdict]:
+    """Every method's claims against ``baseline_runs`` (the baseline's, or a control's) by ``rule``."""
+    settings = {m: picks["methods"][m]["setting"] for m in by_method}
+    claims = {m: protocol.claims_of(m) for m in by_method}
+    return judge({**by_method, protocol.baseline: baseline_runs}, protocol.baseline, claims, rule, settings,
+                 dose_of=dose_of)
+
+
+def records_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
+    """A protocol's verdicts against its baseline, rebuilt from its records file (picked again, nothing run)."""
+    from lit_entropy.analysis.records import import_records
+
+    protocol = load_protocol(protocol_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        import_records(records, Path(tmp))
+        picks = json.loads(json.dumps(pick(protocol, Path(tmp) / "tune")))  # as read back from picks.json
+        points = picked_points(picks, protocol)
+        plan = protocol.plan(points, protocol.all_evaluation_seeds())
+        runs = collect(plan, Path(tmp) / "evaluate", points)
+    by_method = {p.method: runs.get(p.name, {}) for p in points}
+    dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
+    return _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of)
+
+
+def _from_root(path: str) -> Path:
+    """A path of a protocol file: as given where it exists (relative to the working folder), else from the
+    checkout's root."""
+    return Path(path) if Path(path).exists() else Path(__file__).resolve().parents[2] / path
 
 
 def control_line(verdicts: list[Verdict], others: list[Verdict], baseline: str, control: Point) -> str:

@@ -34,3 +34,37 @@ def test_the_table_pairs_the_labs_metrics_with_the_held_out_ones():
     assert table[2] == ("| repo_r | pass@64 > GRPO | +0.200, reproduced | -0.015, not reproduced | "
                         "**cannot separate** |")
     assert table[3].endswith("| **transfers** |") and len(table) == 4
+
+
+def test_the_labs_verdicts_rebuilt_from_its_shipped_records_are_the_pages(tmp_path):
+    """records_verdicts picks and judges the lab's shipped records again: the labels of docs/results.md's table."""
+    from pathlib import Path
+
+    from lit_entropy.analysis.protocol_phases import records_verdicts
+
+    root = Path(__file__).resolve().parents[2]
+    got = records_verdicts(root / "conf" / "protocol" / "collapse.yaml",
+                           root / "docs" / "data" / "collapse_protocol.json.gz")
+    page = (root / "docs" / "results.md").read_text()
+    table = page[page.index("| method | dose | claim | Δ vs GRPO 2.5e-4 |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in table]
+    assert [(g.method, g.claim.metric, g.label) for g in got] == [
+        (r[0], r[2].split()[0], r[5].strip("*")) for r in rows]
+
+
+def test_the_real_lm_protocols_report_sets_the_labs_verdicts_beside_its_own():
+    """real_lm.yaml names the lab; lab_table rebuilds the lab's verdicts from the shipped records and pairs each
+    with the real verdict on the held-out metric of the same meaning."""
+    from pathlib import Path
+
+    from lit_entropy.analysis.protocol import load_protocol
+    from lit_entropy.analysis.protocol_phases import lab_table
+
+    protocol = load_protocol(Path(__file__).resolve().parents[2] / "conf" / "protocol" / "real_lm.yaml")
+    assert protocol.lab == {"protocol": "conf/protocol/collapse.yaml", "records": "docs/data/collapse_protocol.json.gz"}
+    real = [v("dapo", "ho_pass@1", (-0.01, 0.05), "not reproduced"), v("sapo", "ho_pass@1", (0.1, 0.2), "reproduced")]
+    block = lab_table(protocol, real).splitlines()
+    assert block[0].startswith("**The lab's verdicts beside these** (conf/protocol/collapse.yaml")
+    # the lab's dapo row of docs/results.md (+0.049, reproduced); sapo is reproduced on neither side
+    assert block[-2] == "| dapo | pass@1 > GRPO | +0.049, reproduced | +0.020, not reproduced | **cannot separate** |"
+    assert block[-1].startswith("| sapo | pass@1 > GRPO |") and block[-1].endswith("**reverses** |")
