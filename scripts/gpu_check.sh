@@ -3,7 +3,7 @@
 #
 #     bash scripts/gpu_check.sh
 #
-# Steps: `lit_entropy.callbacks` resolvable from the checkout (linked for the run when it is not installed);
+# Steps: `lit_entropy.callbacks` resolvable from the checkout;
 # the missing pure-Python packages from gpu-wheels/ (`make gpu-wheels`) installed into a private folder;
 # versions and device; the lab on CUDA with rollout=hf in five variants (fp32, bf16, fp16, LoRA, FSDP2 on one
 # rank); the model-family conformance suite on CUDA kernels; the `gpu`-marked tests. Every step runs under
@@ -37,9 +37,7 @@ WHEELS=${GPU_WHEELS:-$ROOT/gpu-wheels}
 HELPER=$ROOT/scripts/gpu_check.py
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" GPU_CHECK_SITE_DIR=$SITE
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
-LINKED=""
 cleanup() {
-    if [ -n "$LINKED" ]; then rm -f "$LINKED"; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -116,14 +114,11 @@ run() {  # run STEP BOUND CMD...: CMD under timeout into logs/STEP.log; sets RC,
 }
 
 # ---- a. the package from the checkout, and the wheels the machine lacks --------------------------------------
-# Without an install, `lit_entropy.callbacks` (callbacks/ at the root) does not resolve: link it, for this run.
+# The package imports from the checkout, installed or not (the checkout is first on PYTHONPATH).
 resolves() { "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)" > /dev/null 2>&1; }
 if want package; then
     if resolves lit_entropy.callbacks; then
-        record package passed 0 "lit_entropy.callbacks resolves (the checkout is installed)"
-    elif [ ! -e lit_entropy/callbacks ] && ln -s ../callbacks lit_entropy/callbacks && LINKED=$ROOT/lit_entropy/callbacks \
-            && resolves lit_entropy.callbacks; then
-        record package passed 0 "linked lit_entropy/callbacks -> ../callbacks for this run (the checkout is not installed)"
+        record package passed 0 "lit_entropy.callbacks resolves from $(cd "$ROOT" && pwd)"
     else
         record package failed 0 "lit_entropy.callbacks does not resolve with PYTHONPATH=$PYTHONPATH"
     fi

@@ -3,8 +3,7 @@
 An import inside a function (a lazy import) runs later but still makes its module depend on the target: one
 that would close a cycle between parts of the package is rejected too (it only hides the cycle).
 
-All of it reads the source with ``ast`` (nothing is imported). The package is ``lit_entropy/`` plus
-``callbacks/``, which installs as ``lit_entropy.callbacks``.
+All of it reads the source with ``ast`` (nothing is imported). The package is ``lit_entropy/``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from pathlib import Path
 from tests.helpers import ROOT
 
 PACKAGE = "lit_entropy"
-SOURCES = {PACKAGE: ROOT / "lit_entropy", f"{PACKAGE}.callbacks": ROOT / "callbacks"}
+SOURCES = {PACKAGE: ROOT / "lit_entropy"}
 MAX_LINES = 420
 
 
@@ -26,8 +25,6 @@ def package_modules() -> dict[str, Path]:
     for prefix, folder in SOURCES.items():
         for path in sorted(folder.rglob("*.py")):
             rel = path.relative_to(folder).with_suffix("").parts
-            if prefix == PACKAGE and rel[0] == "callbacks":  # a link to callbacks/ in some checkouts
-                continue
             parts = rel[:-1] if rel[-1] == "__init__" else rel
             modules[".".join((prefix, *parts))] = path
     return modules
