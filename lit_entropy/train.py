@@ -17,7 +17,6 @@ from lit_entropy.checkpointing import check_resumable
 from lit_entropy.data.batch import BatchConfig
 from lit_entropy.interrupt import InterruptLatch
 from lit_entropy.log_steps import tensorboard_resume, write_again
-from lit_entropy.objectives import trust_region
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
@@ -91,17 +90,12 @@ def check_knob_owners(callbacks: list[pl.Callback], algo: Any = None) -> None:
 
 
 def check_controllers_and_algo(callbacks: list[pl.Callback], algo: Any) -> None:
-    """A controller that drives the clip range has nothing to drive under a loss that replaces the clip (CISPO
-    reads ``eps_high`` as its weight cap, SAPO reads neither, DPPO reads both as divergence thresholds, on
-    another scale than the controller's range): refuse at start-up, naming both."""
+    """A controller that cannot act under the objective's loss (its class's ``refused_losses``, e.g. one that drives
+    the clip range under a loss that replaces the clip): refuse at start-up, naming both."""
     loss = getattr(algo, "loss", "ppo")
-    if loss not in trust_region.LOSSES:
-        return
     for cb in callbacks:
-        knobs = [k for k in getattr(cb, "knobs", ()) if k in ("eps_low", "eps_high")]
-        if knobs:
-            raise ValueError(f"{type(cb).__name__} drives {knobs[0]} as PPO's token clip, but algo.loss={loss} "
-                             f"(algo={getattr(algo, 'name', '?')}) replaces that clip: pick one")
+        if loss in getattr(cb, "refused_losses", ()):
+            raise ValueError(f"{type(cb).__name__} " + cb.refusal.format(loss=loss, algo=getattr(algo, "name", "?")))
 
 
 def build_sampler(cfg: DictConfig, engine: Any = None) -> Sampler:

@@ -16,46 +16,43 @@ dose* instead of getting a verdict (:mod:`lit_entropy.analysis.verdicts`). Per r
   ``control/entrocraft_kept_frac`` and ``dropped_frac = 1 − kept_frac`` (paper mode's rejected rows).
 
 Per method, :data:`METHOD_DOSE` names the one of them that is *the* dose (the ``dose`` column) and the
-threshold under which the method counts as not tested.
+threshold under which the method counts as not tested; each kind of method declares it where it is registered
+(:func:`method_doses`).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DOSE_THRESHOLD = 1e-3
+from lit_entropy.callbacks import CONTROLLERS, Dose
+from lit_entropy.objectives.registry import SELECTION_RULES
+
+DoseRule = Dose
+"""A method's dose rule (:class:`lit_entropy.callbacks.base.Dose`: the run-summary key, what it measures, the
+threshold of *not tested*)."""
+DOSE_THRESHOLD = Dose("", "").threshold
 """Under this dose (a fraction of tokens, rows or iterations; for REPO a mean |λ|) a method is not tested."""
 
-
-@dataclass(frozen=True)
-class DoseRule:
-    """Which run-summary key is a method's dose, what it measures, and the threshold of "not tested"."""
-
-    key: str
-    what: str
-    threshold: float = DOSE_THRESHOLD
+_VERB = {"detach": "detached", "kl_selected": "penalised", "loss_mask": "removed"}
 
 
-_SEL = "fraction of response tokens {} (train/masked_frac_{})"
-METHOD_DOSE: dict[str, DoseRule] = {
-    "clip_cov": DoseRule("sel_frac", _SEL.format("detached", "clip_cov")),
-    "kl_cov": DoseRule("sel_frac", _SEL.format("penalised", "kl_cov")),
-    "clip_b": DoseRule("sel_frac", _SEL.format("removed", "clip_b")),
-    "clip_v": DoseRule("sel_frac", _SEL.format("removed", "clip_v")),
-    "forking": DoseRule("sel_frac", _SEL.format("removed", "forking")),
-    "dapo": DoseRule("clipfrac_high", "fraction of tokens at the upper clip (train/clipfrac_high)"),
-    "adapo": DoseRule("clipfrac_high", "fraction of tokens at the upper clip ε_high (train/clipfrac_high)"),
-    "repo_r": DoseRule("lambda_mean", "mean |λ| over the iterations (control/repo_lambda)"),
-    "repo_d": DoseRule("lambda_mean", "mean |λ| over the iterations (control/repo_lambda)"),
-    "entrocraft": DoseRule("dropped_frac", "fraction of rows the controller dropped (1 − control/entrocraft_kept_frac)"),
-    "entrocraft_hard": DoseRule("m_active_frac", "fraction of iterations with m ≠ 0 (advantages replaced)"),
-    "entropic": DoseRule("pic_alpha_mean", "mean |α| (control/pic_alpha)"),
-    "adaptive_bonus": DoseRule("entropy_coef_mean", "mean entropy coefficient (control/entropy_coef)"),
-}
-"""Method (a ``conf/algo`` preset or a ``conf/callbacks/entropy`` controller) -> its dose."""
+def method_doses() -> dict[str, Dose]:
+    """Every method's dose, from where each kind of method is registered: a selection rule's is the fraction of
+    response tokens its mask acts on (``train/masked_frac_<rule>``, :data:`~lit_entropy.objectives.registry.
+    SELECTION_RULES`); a controller's is its class's own (:attr:`~lit_entropy.callbacks.base.EntropyController.
+    methods`); DAPO's, an objective preset's clip-higher, the fraction of tokens at the upper clip."""
+    doses = {name: Dose("sel_frac", f"fraction of response tokens {_VERB[rule.effect]} (train/masked_frac_{name})")
+             for name, rule in SELECTION_RULES.items()}
+    doses["dapo"] = Dose("clipfrac_high", "fraction of tokens at the upper clip (train/clipfrac_high)")
+    for cls in CONTROLLERS.values():
+        doses.update({m: d for m, d in cls.methods.items() if d is not None})
+    return doses
+
+
+METHOD_DOSE: dict[str, Dose] = method_doses()
+"""Method (a ``conf/algo`` preset or selection rule, or a ``conf/callbacks/entropy`` controller) -> its dose."""
 
 DOSE_COLUMNS: dict[str, str] = {
     "dose": "dose", "sel_frac": "selected frac", "clipfrac_high": "clipfrac high", "eps_high_mean": "ε_high mean",
@@ -73,18 +70,13 @@ def method_of(algo: str, controller: str) -> str:
 
 
 def method_from_config(cfg: dict[str, Any]) -> str:
-    """The method of a run from its composed config: the controller's class (and REPO's variant, Entrocraft's
-    mode), else ``algo.selection``, else ``algo.name``."""
+    """The method of a run from its composed config: its controller's (the class named by the node's ``_target_``,
+    asked :meth:`~lit_entropy.callbacks.base.EntropyController.method_of`), else ``algo.selection``, else
+    ``algo.name``."""
     node = (cfg.get("callbacks") or {}).get("entropy") or {}
-    target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
-    named = {"ADAPOCallback": "adapo", "EntroPICCallback": "entropic", "AdaptiveEntropyBonusCallback": "adaptive_bonus",
-             "GPPOBetaCallback": "gppo_beta"}
-    if target == "REPOCallback":
-        return f"repo_{node.get('variant', 'r')}"
-    if target == "EntrocraftCallback":
-        return "entrocraft_hard" if node.get("mode") == "hard" else "entrocraft"
-    if target in named:
-        return named[target]
+    controller = CONTROLLERS.get(str(node.get("_target_", "")).rsplit(".", 1)[-1])
+    if controller is not None:
+        return controller.method_of(node)
     algo = cfg.get("algo") or {}
     return str(algo.get("selection") or algo.get("name") or "")
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.callbacks.base import EntropyController, check_delta, config_error, step_toward
+from lit_entropy.callbacks.base import Dose, EntropyController, check_delta, config_error, step_toward
 from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.objectives.trust_region import LOSSES as TRUST_REGION_LOSSES
 
 
 class ADAPOCallback(EntropyController):
@@ -45,6 +46,9 @@ class ADAPOCallback(EntropyController):
     """
 
     knobs = ("eps_high",)
+    methods = {"adapo": Dose("clipfrac_high", "fraction of tokens at the upper clip ε_high (train/clipfrac_high)")}
+    refused_losses = TRUST_REGION_LOSSES  # CISPO, SAPO and DPPO read eps_high another way, or not at all
+    refusal = "drives eps_high as PPO's token clip, but algo.loss={loss} (algo={algo}) replaces that clip: pick one"
 
     def __init__(
         self,

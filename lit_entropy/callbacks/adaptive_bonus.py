@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.callbacks.base import EntropyController, check_delta, config_error, step_toward
+from lit_entropy.callbacks.base import Dose, EntropyController, check_delta, config_error, step_toward
 from lit_entropy.data.batch import RolloutBatch
 
 
@@ -48,6 +48,7 @@ class AdaptiveEntropyBonusCallback(EntropyController):
     """
 
     knobs = ("entropy_coef",)
+    methods = {"adaptive_bonus": Dose("entropy_coef_mean", "mean entropy coefficient (control/entropy_coef)")}
 
     def __init__(
         self,

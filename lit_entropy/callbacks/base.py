@@ -28,7 +28,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 
@@ -134,15 +134,50 @@ def build_target(spec: Any) -> str | Schedule | BandSchedule:
     return parse_schedule(spec, f"{CONFIG_PATH}.target")
 
 
+@dataclass(frozen=True)
+class Dose:
+    """How much a method's lever acted over a run, for the studies' *not tested at this dose* rule: a run-summary
+    key of :func:`lit_entropy.analysis.dose.dose_metrics` (read from the ``control/*`` or ``train/*`` tags the
+    method logs), what it measures, and the level under which the method counts as not tested."""
+
+    key: str
+    what: str
+    threshold: float = 1e-3
+
+
+CONTROLLERS: dict[str, type[EntropyController]] = {}
+"""Every controller class by name, registered by subclassing :class:`EntropyController` (the studies read their
+:attr:`~EntropyController.methods` and doses from here)."""
+
+
 class EntropyController(pl.Callback):
     """Base class: target, progress, clamp warnings, state. Subclasses implement :meth:`control`.
 
     A subclass's ``__init__`` takes its own knobs and hands the rest on: ``super().__init__(**common)``
-    (``target``, ``progress``, ``clamp_patience`` and the renamed keys of :data:`RENAMED`).
+    (``target``, ``progress``, ``clamp_patience`` and the renamed keys of :data:`RENAMED`). Its class data say what
+    the rest of the package needs to know of it: :attr:`knobs`, :attr:`methods` (with their doses),
+    :attr:`refused_losses`.
     """
 
     knobs: tuple[str, ...] = ()
-    """What this controller drives: module knob names, or ``keep`` / ``token_advantages`` batch slots."""
+    """What this controller drives: module knob names, or ``keep`` / ``token_advantages`` batch slots. Two owners of
+    one knob are refused at start-up (:func:`lit_entropy.train.check_knob_owners`)."""
+    methods: ClassVar[dict[str, Dose | None]] = {}
+    """The study methods this class runs (each mode's name in ``conf/callbacks/entropy``) and each one's dose."""
+    refused_losses: ClassVar[tuple[str, ...]] = ()
+    """Values of ``algo.loss`` this controller cannot act under, refused at start-up with :attr:`refusal`."""
+    refusal: ClassVar[str] = ""
+    """Why, formatted with ``loss`` and ``algo`` (the preset's name)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        CONTROLLERS[cls.__name__] = cls
+
+    @classmethod
+    def method_of(cls, node: Mapping[str, Any]) -> str:
+        """Which of :attr:`methods` a run with the controller config ``node`` tests (the only one, unless a
+        subclass has modes)."""
+        return next(iter(cls.methods), cls.__name__)
 
     def __init__(
         self,

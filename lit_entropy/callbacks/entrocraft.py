@@ -45,7 +45,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy.callbacks.base import CONFIG_PATH, EntropyController, config_error, warn_renamed
+from lit_entropy.callbacks.base import CONFIG_PATH, Dose, EntropyController, config_error, warn_renamed
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.entrocraft import (
     band_direction,
@@ -117,6 +117,15 @@ class EntrocraftCallback(EntropyController):
             :class:`~lit_entropy.callbacks.base.EntropyController`); the old band keys of
             :data:`RENAMED_BAND` are read here.
     """
+
+    methods = {
+        "entrocraft": Dose("dropped_frac", "fraction of rows the controller dropped (1 − control/entrocraft_kept_frac)"),
+        "entrocraft_hard": Dose("m_active_frac", "fraction of iterations with m ≠ 0 (advantages replaced)"),
+    }
+
+    @classmethod
+    def method_of(cls, node: Mapping[str, Any]) -> str:
+        return "entrocraft_hard" if node.get("mode") == "hard" else "entrocraft"
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.callbacks.base import EntropyController, config_error
+from lit_entropy.callbacks.base import Dose, EntropyController, config_error
 from lit_entropy.data.batch import RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class EntroPICCallback(EntropyController):
     """
 
     knobs = ("pic_alpha",)
+    methods = {"entropic": Dose("pic_alpha_mean", "mean |α| (control/pic_alpha)")}
 
     def __init__(
         self,

@@ -49,6 +49,8 @@ class GPPOBetaCallback(EntropyController):
         **common: ``progress``, ``clamp_patience`` (see :class:`~lit_entropy.callbacks.base.EntropyController`).
     """
 
+    methods = {"gppo_beta": None}  # no dose rule: the βs move every iteration the entropy is off its target
+
     def __init__(
         self,
         target: Any = "first",

@@ -6,12 +6,13 @@ The rules: docs/design.md §7.4.4.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy.callbacks.base import EntropyController, config_error
+from lit_entropy.callbacks.base import Dose, EntropyController, config_error
 from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.repo import LOGP_FLOOR, adapt_lambda, repo_d_advantages, repo_r_advantages
 
@@ -49,6 +50,11 @@ class REPOCallback(EntropyController):
     """
 
     knobs = ("token_advantages",)
+    methods = {f"repo_{v}": Dose("lambda_mean", "mean |λ| over the iterations (control/repo_lambda)") for v in "rd"}
+
+    @classmethod
+    def method_of(cls, node: Mapping[str, Any]) -> str:
+        return f"repo_{node.get('variant', 'r')}"
 
     def __init__(
         self,

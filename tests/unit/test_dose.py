@@ -4,6 +4,7 @@ table's dose column with its *not tested at this dose* mark."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -92,3 +93,35 @@ def test_the_study_table_has_a_dose_column_and_a_legend(tmp_path: Path) -> None:
     assert "| 0.0500 | 1.000 |" in rows["| grpo|repo_r"]
     assert "dose of `clip_cov`: fraction of response tokens detached" in table
     assert cells["grpo+repo_r"][0]["dose"] == pytest.approx(0.05)
+
+
+def test_a_new_controller_brings_its_dose_method_name_and_refusals_as_class_data(monkeypatch):
+    """Subclassing registers a controller; the studies read its dose and method name from the class, start-up
+    reads its refused losses: no list elsewhere to edit."""
+    from lit_entropy.callbacks.base import CONTROLLERS, Dose, EntropyController
+    from lit_entropy.train import check_controllers_and_algo
+
+    monkeypatch.setattr("lit_entropy.callbacks.base.CONTROLLERS", dict(CONTROLLERS))
+
+    class TwoModes(EntropyController):
+        knobs = ("eps_high",)
+        methods = {"two_a": Dose("clipfrac_high", "tokens at the upper clip"), "two_b": None}
+        refused_losses = ("cispo",)
+        refusal = "cannot act under algo.loss={loss} (algo={algo})"
+
+        @classmethod
+        def method_of(cls, node):
+            return "two_b" if node.get("mode") == "b" else "two_a"
+
+    import lit_entropy.callbacks.base as base
+    from lit_entropy.analysis import dose
+
+    registry = base.CONTROLLERS
+    assert registry["TwoModes"] is TwoModes
+    monkeypatch.setattr(dose, "CONTROLLERS", registry)
+    assert dose.method_doses()["two_a"].key == "clipfrac_high" and "two_b" not in dose.method_doses()
+    node = {"_target_": "my_pkg.two.TwoModes", "mode": "b"}
+    assert dose.method_from_config({"callbacks": {"entropy": node}}) == "two_b"
+    with pytest.raises(ValueError, match=r"TwoModes cannot act under algo.loss=cispo \(algo=cispo\)"):
+        check_controllers_and_algo([TwoModes()], SimpleNamespace(loss="cispo", name="cispo"))
+    check_controllers_and_algo([TwoModes()], SimpleNamespace(loss="ppo", name="grpo"))
