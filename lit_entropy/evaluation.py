@@ -25,7 +25,7 @@ import torch
 
 from lit_entropy.data.prompts import Prompt
 from lit_entropy.metrics.passk import Accuracy, MeanAtK, PassAtK
-from lit_entropy.models import PolicyBundle
+from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rollout.sampler import Sampler
 
 log = logging.getLogger(__name__)

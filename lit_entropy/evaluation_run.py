@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_entropy.config_keys import upgrade_overrides
 from lit_entropy.config_path import config_dir
 from lit_entropy.evaluation import eval_prompts, evaluate, evaluate_splits
-from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
+from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
 from lit_entropy.train import build_sampler
 
 log = logging.getLogger(__name__)

@@ -31,9 +31,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.evaluation_run import build_policy, find_run_config
-from lit_entropy.lora import is_peft
-from lit_entropy.models import HFTokenizerAdapter, PolicyBundle
-from lit_entropy.tokenizer import CharTokenizer
+from lit_entropy.policy.lora import is_peft
+from lit_entropy.policy.models import HFTokenizerAdapter, PolicyBundle
+from lit_entropy.policy.tokenizer import CharTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def policy_config(ckpt: Path, model_dir: str | os.PathLike | None, has_lora: boo
                           f"not in the checkpoint, and there is none at {where}: put the run's .hydra/ folder "
                           "back beside checkpoints/")
     cfg = OmegaConf.create({"ckpt_path": str(ckpt), "paths": {"cache_dir": ".cache/lit_entropy"},
-                            "model": {"_target_": "lit_entropy.models.HFPolicy", "name_or_path": str(model_dir)}})
+                            "model": {"_target_": "lit_entropy.policy.models.HFPolicy", "name_or_path": str(model_dir)}})
     return cfg, None
 
 

@@ -8,7 +8,7 @@ count as the normaliser (manual optimisation, so no hidden division by the accum
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
 ``gppo_beta_low``, ``gppo_beta_high``, ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
 
-Every forward pass goes through :mod:`lit_entropy.passes` (:meth:`PolicyModule.row_passes`): rows run
+Every forward pass goes through :mod:`lit_entropy.policy.passes` (:meth:`PolicyModule.row_passes`): rows run
 whole, or, with ``share_prompts``, each group's prompt once and its completions on the prompt's cached keys
 and values. A training step reads: token selection over the whole minibatch; for each of this rank's
 micro-batches, the loss and its backward; ``finish_backward`` (the shared prompts' prompt pass); gradient
@@ -31,13 +31,12 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy import advantages as adv
-from lit_entropy import passes, token_shaping
+from lit_entropy import token_shaping
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
 from lit_entropy.log_steps import ITERATION, iteration_step
-from lit_entropy.lora import is_peft
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.objectives.registry import (
@@ -47,8 +46,10 @@ from lit_entropy.objectives.registry import (
     needs_scores,
 )
 from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects
+from lit_entropy.policy import passes
+from lit_entropy.policy.lora import is_peft
+from lit_entropy.policy.strategies import fully_shard_policy
 from lit_entropy.rollout.filters import apply_filters
-from lit_entropy.strategies import fully_shard_policy
 from lit_entropy.utils import dist
 
 
@@ -76,10 +77,10 @@ class PolicyModule(pl.LightningModule):
         ``max_logp_mismatch_mean``: stop when the sampler's and the trainer's log-probs differ by more than
         this on average (nats) — the engine is not sampling from the trained weights. None turns either off.
         ``share_prompts``: run each group's prompt once and its completions on the prompt's cached keys and
-        values (:mod:`lit_entropy.prefix`); rows that do not allow it run whole. ``vocab_kernels``: ``compiled``,
+        values (:mod:`lit_entropy.policy.prefix`); rows that do not allow it run whole. ``vocab_kernels``: ``compiled``,
         ``eager`` or ``auto`` (compiled on the CPU for wide vocabularies), how the fp32 log-prob, entropy and
         score work over the vocabulary runs (:mod:`lit_entropy.diagnostics.vocab_kernels`). ``top_p``, ``top_k``: the
-        sampler's truncation (the ``rollout`` group's), replayed by every pass (:mod:`lit_entropy.replay`).
+        sampler's truncation (the ``rollout`` group's), replayed by every pass (:mod:`lit_entropy.policy.replay`).
         ``topk_mass``: K of ``diag/top1_mass`` / ``diag/topk_mass``, the policy's mean top-1 and top-K
         probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on).
         ``correction``: the sampler/trainer mismatch correction (the ``correction`` group, docs/correction.md)."""
@@ -123,7 +124,7 @@ class PolicyModule(pl.LightningModule):
     # ---- forward -------------------------------------------------------------------------------
     def row_passes(self, fields: dict[str, torch.Tensor]) -> passes.RowPasses:
         """The passes over ``fields``' rows: on their shared prompts where that works, else whole
-        (:mod:`lit_entropy.passes`)."""
+        (:mod:`lit_entropy.policy.passes`)."""
         return passes.for_rows(self._forward(), fields, share_prompts=self.share_prompts)
 
     def _forward(self) -> passes.Forward:
@@ -136,7 +137,7 @@ class PolicyModule(pl.LightningModule):
         with_scores: bool = False, model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """fp32 per-token ``(log-prob, entropy[, S, N])`` of whole rows in one forward (entropy None without
-        ``with_entropy``); :meth:`row_passes` gives the named :class:`~lit_entropy.passes.TokenStats`."""
+        ``with_entropy``); :meth:`row_passes` gives the named :class:`~lit_entropy.policy.passes.TokenStats`."""
         out = self._forward().token_stats(model or self.model, input_ids, attention_mask, with_entropy, with_scores)
         return (out.logp, out.entropy) + ((out.disc_s, out.disc_n) if with_scores else ())
 
@@ -348,7 +349,7 @@ class PolicyModule(pl.LightningModule):
 
     def configure_model(self) -> None:
         """FSDP2 (``trainer=fsdp``): Lightning's ``ModelParallelStrategy`` calls this with its device mesh;
-        other strategies leave the model as it is (:func:`lit_entropy.strategies.fully_shard_policy`)."""
+        other strategies leave the model as it is (:func:`lit_entropy.policy.strategies.fully_shard_policy`)."""
         mesh = getattr(self, "_device_mesh", None)
         if mesh is not None and not any(dist.is_dtensor(p) for p in self.model.parameters()):
             fully_shard_policy(self.model, mesh, precision=self.trainer.precision)

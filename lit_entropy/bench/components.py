@@ -54,7 +54,7 @@ def timed(fn: Callable[[], object]) -> float:
 # ---- generate: vLLM vs HF generate on the lab policy ------------------------------------------------
 def bench_generate(s: dict, cache_dir: str) -> dict:
     from lit_entropy.data.prompts import CountdownPrompts
-    from lit_entropy.models import TinyArch, TinyLabPolicy, WarmStart
+    from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.hf_engine import HFEngine
     from lit_entropy.rollout.vllm_engine import VLLMEngine
@@ -164,8 +164,8 @@ def bench_entropy(s: dict) -> dict:
 def run_limits(s: dict, cache_dir: str) -> dict:
     from transformers import AutoConfig
 
-    from lit_entropy import smollm
     from lit_entropy.bench import limits
+    from lit_entropy.policy import smollm
 
     try:
         folder = str(smollm.gguf_folder(cache_dir))
@@ -187,8 +187,8 @@ def preset_batch(name: str) -> dict:
 
 
 def run_engine_settings(s: dict, cache_dir: str) -> dict:
-    from lit_entropy import smollm
     from lit_entropy.bench import engine_settings
+    from lit_entropy.policy import smollm
 
     try:
         folder = str(smollm.gguf_folder(cache_dir))
@@ -199,8 +199,8 @@ def run_engine_settings(s: dict, cache_dir: str) -> dict:
 
 
 def run_vocab_work(s: dict, cache_dir: str) -> dict:
-    from lit_entropy import smollm
     from lit_entropy.bench import vocab_work
+    from lit_entropy.policy import smollm
 
     try:
         folder = str(smollm.gguf_folder(cache_dir))

@@ -38,7 +38,7 @@ def measure(folder: str, engine_kwargs: dict, prompts: int, group: int, max_new_
 
     from lit_entropy.bench.limits import SYSTEM, median_time
     from lit_entropy.data.prompts import ArithmeticPrompts
-    from lit_entropy.models import HFTokenizerAdapter
+    from lit_entropy.policy.models import HFTokenizerAdapter
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.vllm_engine import VLLMEngine
 

@@ -105,7 +105,7 @@ def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_to
 
     from lit_entropy.data.prompts import ArithmeticPrompts
     from lit_entropy.diagnostics.entropy import shift_for_causal_lm, token_logprobs_and_entropy
-    from lit_entropy.models import HFTokenizerAdapter
+    from lit_entropy.policy.models import HFTokenizerAdapter
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.vllm_engine import VLLMEngine
 
@@ -166,10 +166,10 @@ def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_to
 
 def package_passes(model: Any, ids: list[list[int]], gens: list, pad_id: int, micro_batch: int, micro_batch_tokens: int,
                    dtype: torch.dtype, repeats: int, minibatches: int = 2) -> dict:
-    """The same rows through the package's own passes (:mod:`lit_entropy.passes`), as a run computes them: shared
+    """The same rows through the package's own passes (:mod:`lit_entropy.policy.passes`), as a run computes them: shared
     prompts, the compiled vocabulary kernels where ``auto`` picks them, the token budget, the pre-update pass with
     the diagnostics' scores, and the update in ``minibatches`` minibatches of whole groups."""
-    from lit_entropy import passes
+    from lit_entropy.policy import passes
 
     rows = [(p, g.token_ids, k) for k, (p, per) in enumerate(zip(ids, gens, strict=True)) for g in per]
     width = max(len(p) + len(r) for p, r, _ in rows)

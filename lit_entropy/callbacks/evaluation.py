@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import lightning.pytorch as pl
 
 from lit_entropy.evaluation import HELD_OUT_ITERATION, evaluate, evaluate_splits
-from lit_entropy.models import PolicyBundle
+from lit_entropy.policy.models import PolicyBundle
 
 
 class PeriodicEvalCallback(pl.Callback):

@@ -169,7 +169,7 @@ def micro_batch_loss(
     """Loss of one micro-batch (rows of ``mb`` and ``sel`` already sliced) and token-sum statistics.
 
     ``topk`` is the micro-batch's (top-K log-probs [B, L, K] with gradient, target is top-1 [B, L]), which
-    SimKO needs (:attr:`lit_entropy.passes.MicroBatch.topk`). ``mb["is_weight"]`` (when present) multiplies
+    SimKO needs (:attr:`lit_entropy.policy.passes.MicroBatch.topk`). ``mb["is_weight"]`` (when present) multiplies
     the per-token surrogate: the detached mismatch weight π_old/π_sampler
     (:mod:`lit_entropy.objectives.correction`). ``kl_bias_correction``: the KL penalty's per-token estimate is
     multiplied by π_θ/π_old (TRL ``use_bias_correction_kl``)."""

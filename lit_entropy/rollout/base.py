@@ -16,7 +16,7 @@ class SamplingConfig:
     temperature: float = 1.0
     """Rollout temperature; the trainer's log-probs and entropy use the same one."""
     top_p: float = 1.0
-    """Nucleus sampling (1.0 = off). The trainer renormalises over the same kept set (:mod:`lit_entropy.replay`)."""
+    """Nucleus sampling (1.0 = off). The trainer renormalises over the same kept set (:mod:`lit_entropy.policy.replay`)."""
     top_k: int | None = 0
     """Top-k sampling (0 or None = off), applied before top-p and replayed by the trainer likewise."""
     max_new_tokens: int = 16

@@ -33,7 +33,7 @@ class RolloutBatch:
     """[B, L] fp32 log-probs the rollout engine reported for the sampled tokens (0 off-response)."""
     sampler_kept: torch.Tensor | None = None
     """[B, L] int64 size of the sampler's top-p / top-k kept set at each response token (0 elsewhere), from
-    engines that report it; the trainer's passes renormalise over that many tokens (:mod:`lit_entropy.replay`)."""
+    engines that report it; the trainer's passes renormalise over that many tokens (:mod:`lit_entropy.policy.replay`)."""
     advantages: torch.Tensor | None = None
     """[B] fp32 per-sequence advantage from the estimator."""
     token_advantages: torch.Tensor | None = None

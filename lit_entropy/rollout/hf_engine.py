@@ -3,7 +3,7 @@
 It samples from the trainer's own module (no copy, so weight sync is free) in chunks of prompts, and
 reports the sampler's log-probs from the generation scores: the processed ones, after temperature, top-k and
 top-p, renormalised over the kept tokens (as vLLM's ``processed_logprobs``), with the kept-set size per token
-when the sampling truncates (:mod:`lit_entropy.replay`).
+when the sampling truncates (:mod:`lit_entropy.policy.replay`).
 
 Chunks sit at multiples of ``prompts_per_chunk`` in the iteration's global prompt order and each is
 seeded by ``(seed, chunk index)``, so when every rank's block of prompts is a multiple of
@@ -27,7 +27,7 @@ import random
 
 import torch
 
-from lit_entropy import model_support, prefix
+from lit_entropy.policy import model_support, prefix
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
 

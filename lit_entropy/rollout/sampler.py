@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lit_entropy.precision import engine_dtype_for
+from lit_entropy.policy.precision import engine_dtype_for
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rewards.runner import RewardRunner
 from lit_entropy.rewards.shaping import soft_overlong_penalty
@@ -81,7 +81,7 @@ class Sampler:
         world_size: int = 1, generation_batch: int | None = None, precision: str | None = None,
     ) -> None:
         """Start the reward workers, then the engine (they start side by side). ``policy``: anything with
-        ``model``, ``tokenizer`` and ``path`` (a :class:`~lit_entropy.models.PolicyBundle`, the module)."""
+        ``model``, ``tokenizer`` and ``path`` (a :class:`~lit_entropy.policy.models.PolicyBundle`, the module)."""
         self.tokenizer = policy.tokenizer
         if self.runner is None:
             r = self.reward

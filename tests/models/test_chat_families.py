@@ -10,7 +10,7 @@ import pytest
 
 from lit_entropy.data.prompts import CountdownPrompts
 from lit_entropy.data.rollout_datamodule import RolloutDataModule
-from lit_entropy.models import HFTokenizerAdapter
+from lit_entropy.policy.models import HFTokenizerAdapter
 from lit_entropy.rollout.base import Generation, truncate_at_stop
 from tests.models.chat_tokenizers import FORMATS, chat_tokenizer
 from tests.models.families import FAMILIES

@@ -14,8 +14,8 @@ import copy
 import pytest
 import torch
 
-from lit_entropy import model_support, prefix
-from lit_entropy.lora import LoRAConfig, apply_lora, merged_state_items
+from lit_entropy.policy import model_support, prefix
+from lit_entropy.policy.lora import LoRAConfig, apply_lora, merged_state_items
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.hf_engine import HFEngine
 from tests.models import trainer_paths as tp
@@ -58,7 +58,7 @@ def test_trainer_paths_equal_each_row_alone(family):
 
 @pytest.mark.parametrize("family", families("qwen3", "gpt2"))
 def test_the_package_passes_with_compiled_kernels_and_a_token_budget_equal_each_row_alone(family):
-    """The passes a run takes (:mod:`lit_entropy.passes`): the compiled vocabulary kernels and token-budget
+    """The passes a run takes (:mod:`lit_entropy.policy.passes`): the compiled vocabulary kernels and token-budget
     micro-batches, whole rows and shared prompts, values and the update's gradient, against each row alone."""
     model = tiny_model(family)
     rows = grouped_rows((2, 3, 5), 3)  # within every window: shared prompts are exact on every family

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_entropy.tokenizer import CharTokenizer
+from lit_entropy.policy.tokenizer import CharTokenizer
 from tests.helpers import ROOT
 from tests.integration.test_distributed import DRIVER, _env, load
 from tests.models.families import save_tiny

@@ -1,4 +1,4 @@
-"""Per-family rules of lit_entropy.model_support (attention windows, the shared-prompt check, the start-up
+"""Per-family rules of lit_entropy.policy.model_support (attention windows, the shared-prompt check, the start-up
 report, the vLLM refusals, checkpoint names) and FSDP2's decoder-layer discovery."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 import transformers as tf
 
-from lit_entropy import model_support as ms
-from lit_entropy.strategies import decoder_layers
+from lit_entropy.policy import model_support as ms
+from lit_entropy.policy.strategies import decoder_layers
 from tests.models.families import FAMILIES, save_tiny, tiny_model
 
 SMALL = dict(vocab_size=32, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
@@ -61,7 +61,7 @@ def test_shared_prompts_are_exact_up_to_the_shortest_window():
 
 def test_a_refused_batch_is_logged_once(caplog):
     model = tiny_model("mistral")
-    with caplog.at_level(logging.INFO, logger="lit_entropy.model_support"):
+    with caplog.at_level(logging.INFO, logger="lit_entropy.policy.model_support"):
         assert ms.allow_shared_prompts(model, 8)
         assert not ms.allow_shared_prompts(model, 9)
         assert not ms.allow_shared_prompts(model, 30)
@@ -84,13 +84,13 @@ def test_startup_report_names_family_windows_ties_and_fast_paths():
 
 
 def test_hf_policy_build_logs_the_report(tmp_path, caplog):
-    from lit_entropy.hf_tiny import build_tiny_hf_policy
-    from lit_entropy.models import HFPolicy, TinyArch
+    from lit_entropy.policy.hf_tiny import build_tiny_hf_policy
+    from lit_entropy.policy.models import HFPolicy, TinyArch
 
     texts = ["two plus three is five", "seven minus four is three"] * 20
     path = build_tiny_hf_policy(tmp_path, texts, vocab_size=300,
                                 arch=TinyArch(hidden_size=64, num_layers=1, intermediate_size=64))
-    with caplog.at_level(logging.INFO, logger="lit_entropy.models"):
+    with caplog.at_level(logging.INFO, logger="lit_entropy.policy.models"):
         HFPolicy(name_or_path=str(path)).build()
     assert any(r.getMessage().startswith("model: qwen2 (Qwen2ForCausalLM)") for r in caplog.records)
 
@@ -146,12 +146,12 @@ def test_dropout_is_switched_off_without_drawing_random_numbers():
 
 
 def test_hf_policy_loads_gpt2_without_dropout(tmp_path, caplog):
-    from lit_entropy.models import HFPolicy
-    from lit_entropy.tokenizer import CharTokenizer
+    from lit_entropy.policy.models import HFPolicy
+    from lit_entropy.policy.tokenizer import CharTokenizer
 
     save_tiny("gpt2", tmp_path)
     CharTokenizer.for_countdown().to_hf().save_pretrained(str(tmp_path))
-    with caplog.at_level(logging.INFO, logger="lit_entropy.models"):
+    with caplog.at_level(logging.INFO, logger="lit_entropy.policy.models"):
         model = HFPolicy(name_or_path=str(tmp_path)).build().model
     assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
     assert any("dropout: off (the checkpoint's [0.1])" in r.getMessage() for r in caplog.records)

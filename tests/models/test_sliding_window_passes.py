@@ -1,7 +1,7 @@
 """The trainer's own pre-update pass on a sliding-window model equals each row run alone.
 
 Today's shared-prompt pass gives Mistral (sliding window 8) log-probs 0.5 nats away on rows longer than the
-window. The per-batch check (:func:`lit_entropy.model_support.allow_shared_prompts`) sends such batches to
+window. The per-batch check (:func:`lit_entropy.policy.model_support.allow_shared_prompts`) sends such batches to
 whole rows; this test passes once the shared-prompt passes call it.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from lit_entropy.data.batch import RolloutBatch
-from lit_entropy.models import PolicyBundle
 from lit_entropy.module import PolicyModule
+from lit_entropy.policy.models import PolicyBundle
 from tests.models import trainer_paths as tp
 from tests.models.families import grouped_rows, tiny_model
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_entropy import model_support
+from lit_entropy.policy import model_support
 from lit_entropy.rollout.base import SamplingConfig
 from tests.models import trainer_paths as tp
 from tests.models.families import FAMILIES, sample_prompts, tiny_model

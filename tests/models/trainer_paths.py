@@ -1,4 +1,4 @@
-"""The trainer's two forward paths, built from :mod:`lit_entropy.prefix` and the entropy kernel, and the
+"""The trainer's two forward paths, built from :mod:`lit_entropy.policy.prefix` and the entropy kernel, and the
 reference they must equal: each row run alone, without padding.
 
 Rows may come on the CPU; every function runs them on the model's device (``LIT_ENTROPY_TEST_DEVICE``,
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from lit_entropy import prefix
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
+from lit_entropy.policy import prefix
 
 TEMPERATURE = 0.9
 
@@ -103,10 +103,10 @@ def sampler_mismatch(model: torch.nn.Module, prompts: list[list[int]], gens: lis
 
 def package_passes(model: torch.nn.Module, rows: dict[str, torch.Tensor], share_prompts: bool, kernels: str,
                    tokens: int, micro_batch_size: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The package's own passes (:mod:`lit_entropy.passes`) with vocabulary ``kernels`` and a token budget: the
+    """The package's own passes (:mod:`lit_entropy.policy.passes`) with vocabulary ``kernels`` and a token budget: the
     pass without gradient's log-probs and entropy [B, L], and the gradient of :func:`policy_loss` accumulated over
     the update's micro-batches (with the shared-prompt pass's backward)."""
-    from lit_entropy import passes
+    from lit_entropy.policy import passes
 
     rows = on_model(model, rows)
     fwd = passes.Forward(model, micro_batch_size, TEMPERATURE, logit_chunk_size=64, device=device_of(model),

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from lit_entropy.data.rollout_datamodule import build_batch
-from lit_entropy.models import TinyArch, build_tiny_qwen2
 from lit_entropy.module import PolicyModule
 from lit_entropy.objectives.rollout_correction import CorrectionConfig
+from lit_entropy.policy.models import TinyArch, build_tiny_qwen2
+from lit_entropy.policy.tokenizer import CharTokenizer
 from lit_entropy.rollout.base import Generation
-from lit_entropy.tokenizer import CharTokenizer
 
 
 def make(zero: bool, logp_offset: float = 0.0, **module_kw):

@@ -33,8 +33,8 @@ LORA = "model.lora={r: 4, alpha: 8}"
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory) -> Path:
     """A tiny Qwen2 (tied embeddings) with a trained byte-level BPE tokenizer and a chat template."""
-    from lit_entropy.hf_tiny import build_tiny_hf_policy
-    from lit_entropy.models import TinyArch
+    from lit_entropy.policy.hf_tiny import build_tiny_hf_policy
+    from lit_entropy.policy.models import TinyArch
 
     texts = [f"{a}+{b}={a + b}, {a}*{b}={a * b}: \\boxed{{{a * b}}}" for a in range(15) for b in range(15)] + TEXTS
     arch = TinyArch(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=96,
@@ -198,7 +198,7 @@ def test_the_lab_policy_exports_with_its_character_tokenizer(tmp_path):
     """The lab's character model: its tokenizer saved as a Hugging Face fast tokenizer with the same ids."""
     from transformers import PreTrainedTokenizerFast
 
-    from lit_entropy.models import TinyArch, TinyLabPolicy, WarmStart
+    from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
 
     arch = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=32)
     policy = TinyLabPolicy(arch=TinyArch(**arch), warmstart=WarmStart(steps=0), cache_dir=str(tmp_path / "c")).build()

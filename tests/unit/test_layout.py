@@ -154,7 +154,7 @@ def describe(found: list[list[str]]) -> str:
 def test_the_graph_sees_real_imports():
     graph = import_graph()
     assert "lit_entropy.callbacks.base" in graph and "lit_entropy.bench.report" in graph
-    assert "lit_entropy.diagnostics.entropy" in graph["lit_entropy.passes"]
+    assert "lit_entropy.diagnostics.entropy" in graph["lit_entropy.policy.passes"]
     assert "lit_entropy.objectives.policy_loss" in graph["lit_entropy.objectives.kl"]
     assert "lit_entropy.objectives" not in graph["lit_entropy.objectives.kl"]  # its own package: no edge
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from lit_entropy.lora import LoRAConfig, apply_lora, as_lora_config, is_peft, merged_state_items
-from lit_entropy.models import TinyArch, build_tiny_qwen2
-from lit_entropy.tokenizer import CharTokenizer
+from lit_entropy.policy.lora import LoRAConfig, apply_lora, as_lora_config, is_peft, merged_state_items
+from lit_entropy.policy.models import TinyArch, build_tiny_qwen2
+from lit_entropy.policy.tokenizer import CharTokenizer
 
 
 def tiny_model() -> torch.nn.Module:

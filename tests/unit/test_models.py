@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_entropy.models import TinyArch, TinyLabPolicy, WarmStart
+from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
 
 
 def small(cache_dir, steps=5) -> TinyLabPolicy:
@@ -31,9 +31,9 @@ def test_warm_start_is_cached_and_reused(tmp_path):
 
 
 def test_warm_start_lowers_the_loss(tmp_path):
-    from lit_entropy.models import build_tiny_qwen2, supervised_warm_start
+    from lit_entropy.policy.models import build_tiny_qwen2, supervised_warm_start
+    from lit_entropy.policy.tokenizer import CharTokenizer
     from lit_entropy.tasks.countdown import CountdownConfig
-    from lit_entropy.tokenizer import CharTokenizer
 
     tok = CharTokenizer.for_countdown()
     model = build_tiny_qwen2(tok.vocab_size, TinyArch(num_layers=1, hidden_size=64, intermediate_size=128), tok)
@@ -100,7 +100,7 @@ def test_build_lock_excludes_a_second_process(tmp_path):
     import subprocess
     import sys
 
-    from lit_entropy.models import build_lock
+    from lit_entropy.policy.models import build_lock
 
     target = tmp_path / "cache" / "policy"
     probe = ("import fcntl, sys\nf = open(sys.argv[1], 'w')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"

@@ -1,11 +1,11 @@
-"""lit_entropy.passes: which implementation runs a minibatch's rows, and the micro-batches it hands out."""
+"""lit_entropy.policy.passes: which implementation runs a minibatch's rows, and the micro-batches it hands out."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lit_entropy import passes
+from lit_entropy.policy import passes
 from tests.unit.test_prefix import G, L, P, grouped_rows, make_module
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_entropy.objectives.policy_loss import clipped_surrogate
-from lit_entropy.precision import engine_dtype_for, fp16_mixed
+from lit_entropy.policy.precision import engine_dtype_for, fp16_mixed
 
 
 def test_fp16_plugin_on_cpu_skips_an_overflowing_step_and_halves_the_scale():
@@ -73,9 +73,9 @@ def test_an_engine_in_another_dtype_is_reported_at_start_up(caplog):
 
     from lit_entropy.data.prompts import CountdownPrompts
     from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.policy.tokenizer import CharTokenizer
     from lit_entropy.rewards.config import RewardConfig
     from lit_entropy.rollout.sampler import Sampler
-    from lit_entropy.tokenizer import CharTokenizer
 
     made = []
 

@@ -1,18 +1,18 @@
-"""Shared-prompt passes (lit_entropy.prefix) give the whole-row passes' values and gradients."""
+"""Shared-prompt passes (lit_entropy.policy.prefix) give the whole-row passes' values and gradients."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lit_entropy import passes, prefix
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.data.batch import BatchConfig
-from lit_entropy.models import PolicyBundle, TinyArch, build_tiny_qwen2
 from lit_entropy.module import PolicyModule
+from lit_entropy.policy import passes, prefix
+from lit_entropy.policy.models import PolicyBundle, TinyArch, build_tiny_qwen2
+from lit_entropy.policy.tokenizer import CharTokenizer
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.hf_engine import HFEngine
-from lit_entropy.tokenizer import CharTokenizer
 from tests.helpers import step_gradient
 
 G, P, L = 4, 5, 16  # completions per prompt, prompts, columns

@@ -39,10 +39,10 @@ def test_chat_template_needs_a_tokenizer_that_has_one():
 
     from lit_entropy.data.prompts import CountdownPrompts
     from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.policy.tokenizer import CharTokenizer
     from lit_entropy.rewards.config import RewardConfig
     from lit_entropy.rollout.base import SamplingConfig
     from lit_entropy.rollout.sampler import Sampler
-    from lit_entropy.tokenizer import CharTokenizer
 
     dm = RolloutDataModule(CountdownPrompts(), chat_template=True)
     with pytest.raises(ValueError, match="chat_template"):

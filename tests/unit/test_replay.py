@@ -1,4 +1,4 @@
-"""lit_entropy.replay: the sampler's top-k / top-p kept set and the renormalised log-probs and entropy."""
+"""lit_entropy.policy.replay: the sampler's top-k / top-p kept set and the renormalised log-probs and entropy."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lit_entropy import passes, replay
+from lit_entropy.policy import passes, replay
 from lit_entropy.rollout.base import Generation, SamplingConfig, truncate_at_stop
 
 PROBS = [0.5, 0.3, 0.15, 0.05]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lit_entropy import smollm
-from lit_entropy.smollm import INSTALL, SmolLMPolicy, WeightsNotFound, find_gguf
+from lit_entropy.policy import smollm
+from lit_entropy.policy.smollm import INSTALL, SmolLMPolicy, WeightsNotFound, find_gguf
 
 
 def test_missing_package_names_the_install_command():
@@ -121,6 +121,6 @@ def test_real_lm_experiment_composes():
     from tests.helpers import compose_train
 
     cfg = compose_train(["experiment=real_lm", "paths.output_dir=unused"])
-    assert cfg.model._target_ == "lit_entropy.smollm.SmolLMPolicy" and cfg.data.chat_template is True
+    assert cfg.model._target_ == "lit_entropy.policy.smollm.SmolLMPolicy" and cfg.data.chat_template is True
     assert cfg.rollout.temperature == 1.0 and cfg.callbacks.eval.every_n_iterations == 10
     assert cfg.batch.prompts_per_iter * cfg.batch.group_size == 64

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lit_entropy.strategies import mixed_precision_policy
+from lit_entropy.policy.strategies import mixed_precision_policy
 
 
 @pytest.mark.parametrize("precision,compute", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16),
@@ -37,7 +37,7 @@ def _rank(rank: int, port: int, precision: str, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from lit_entropy.strategies import fully_shard_policy
+    from lit_entropy.policy.strategies import fully_shard_policy
     from lit_entropy.utils.dist import full_tensor
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

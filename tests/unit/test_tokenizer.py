@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from lit_entropy.policy.tokenizer import TOKENIZER_FILE, CharTokenizer
 from lit_entropy.tasks.countdown import COUNTDOWN_ALPHABET
-from lit_entropy.tokenizer import TOKENIZER_FILE, CharTokenizer
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from lit_entropy.models import HFTokenizerAdapter, TinyArch, build_tiny_qwen2
+from lit_entropy.policy.models import HFTokenizerAdapter, TinyArch, build_tiny_qwen2
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 CHAT_TEMPLATE = (

@@ -1,6 +1,6 @@
 """Model families: where their attention differs, and which of the package's fast paths stay exact on each.
 
-The shared-prompt passes (:mod:`lit_entropy.prefix`) and the Hugging Face engine's shared prefill run each
+The shared-prompt passes (:mod:`lit_entropy.policy.prefix`) and the Hugging Face engine's shared prefill run each
 prompt once and continue its completions from the cached keys and values. That equals the whole-row
 forward only where every layer attends to the whole row: a layer with a sliding window shorter than a row
 drops keys from the cache that the whole-row pass still masks by distance, and the log-probs differ by
@@ -100,7 +100,7 @@ def shared_prompts_exact(model: Any, longest_row: int) -> tuple[bool, str]:
 
 
 def longest_row(layout: Any) -> int:
-    """The most tokens (prompt + response) of any row of a :class:`~lit_entropy.prefix.PromptLayout`."""
+    """The most tokens (prompt + response) of any row of a :class:`~lit_entropy.policy.prefix.PromptLayout`."""
     return int((layout.prompt_len + layout.response_len).max())
 
 
@@ -195,7 +195,7 @@ def disable_dropout(model: torch.nn.Module) -> list[float]:
 
 def startup_report(model: torch.nn.Module) -> str:
     """One short block: family, size, attention, windows, tied embeddings, and the fast paths' state."""
-    from lit_entropy import prefix
+    from lit_entropy.policy import prefix
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = text_config(model)

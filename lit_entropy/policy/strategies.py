@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
-from lit_entropy.lora import is_peft
-from lit_entropy.precision import engine_dtype_for
+from lit_entropy.policy.lora import is_peft
+from lit_entropy.policy.precision import engine_dtype_for
 
 
 class FSDP2Strategy(ModelParallelStrategy):

@@ -3,7 +3,7 @@
 :func:`for_rows` looks at the rows and picks how they run:
 
 * :class:`SharedPrompts` when ``share_prompts`` is on, the model takes a key/value cache, and the rows
-  are groups of completions of one prompt each (:func:`lit_entropy.prefix.prompt_layout`) with at least
+  are groups of completions of one prompt each (:func:`lit_entropy.policy.prefix.prompt_layout`) with at least
   two rows per prompt: each distinct prompt runs once and its completions run on its cache;
 * :class:`WholeRows` otherwise: every row runs as one sequence.
 
@@ -16,7 +16,7 @@ Either way the caller sees the same two passes:
       rows.finish_backward(backward, loss_scale)
 
   ``finish_backward`` is a no-op for whole rows; for shared prompts it back-propagates the prompt pass
-  once, with the gradient every micro-batch left on the prompts' cache (:mod:`lit_entropy.prefix`).
+  once, with the gradient every micro-batch left on the prompts' cache (:mod:`lit_entropy.policy.prefix`).
 * passes without gradient (the pre-update pass, the reference model's, Clip-Cov's current log-probs):
   ``rows.no_grad(model, with_entropy=..., with_scores=..., topk=...)``, in eval mode and the trainer's
   precision context, returns a :class:`TokenStats` of full ``[B, L]`` CPU tensors aligned with
@@ -41,10 +41,10 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from lit_entropy import model_support, prefix, replay
 from lit_entropy.diagnostics.discriminator import token_logprobs_entropy_and_scores, token_scores
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
 from lit_entropy.diagnostics.topk import topk_logprobs
+from lit_entropy.policy import model_support, prefix, replay
 from lit_entropy.utils import dist
 
 
@@ -112,7 +112,7 @@ class Forward:
     """The trainer's precision context (autocast for bf16/fp16), entered by the passes without gradient."""
     device: torch.device | str = "cpu"
     top_p: float = 1.0
-    """The sampler's nucleus; < 1 replays its truncation (:mod:`lit_entropy.replay`)."""
+    """The sampler's nucleus; < 1 replays its truncation (:mod:`lit_entropy.policy.replay`)."""
     top_k: int | None = 0
     """The sampler's top-k; > 0 replays its truncation."""
     vocab_kernels: str = "auto"
@@ -282,7 +282,7 @@ class WholeRows(RowPasses):
 
 
 class SharedPrompts(RowPasses):
-    """Each distinct prompt runs once; the rows run their responses on its cache (:mod:`lit_entropy.prefix`)."""
+    """Each distinct prompt runs once; the rows run their responses on its cache (:mod:`lit_entropy.policy.prefix`)."""
 
     def __init__(self, fwd: Forward, fields: Mapping[str, Tensor], layout: prefix.PromptLayout) -> None:
         super().__init__(fwd, fields)

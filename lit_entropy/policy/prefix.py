@@ -18,7 +18,7 @@ that backward, so memory stays bounded by a micro-batch.
 
 Rows must look like ``[prompt][response][padding]`` (what the rollout builds); :func:`prompt_layout`
 checks this and that a group's rows share their prompt token for token, and returns ``None`` otherwise,
-so the caller falls back to whole rows. :mod:`lit_entropy.passes` makes that choice and runs both kinds of
+so the caller falls back to whole rows. :mod:`lit_entropy.policy.passes` makes that choice and runs both kinds of
 rows behind one interface.
 """
 

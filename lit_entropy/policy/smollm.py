@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from lit_entropy.models import HFPolicy, PolicyBundle, verify_checksums, write_checksums
+from lit_entropy.policy.models import HFPolicy, PolicyBundle, verify_checksums, write_checksums
 
 log = logging.getLogger(__name__)
 

@@ -124,11 +124,11 @@ class TinyLabPolicy:
     """Seed of the random initialisation."""
 
     lora: Any = None
-    """LoRA adapters (``{r, alpha, dropout, target_modules}``, :class:`lit_entropy.lora.LoRAConfig`); None = full
+    """LoRA adapters (``{r, alpha, dropout, target_modules}``, :class:`lit_entropy.policy.lora.LoRAConfig`); None = full
     fine-tuning."""
 
     def __post_init__(self) -> None:
-        from lit_entropy.lora import as_lora_config
+        from lit_entropy.policy.lora import as_lora_config
 
         self.lora = as_lora_config(self.lora)  # a bad key or value fails here, before the warm start
         from lit_entropy.tasks.countdown import CountdownConfig
@@ -154,7 +154,7 @@ class TinyLabPolicy:
         """Refuse, before the warm start, a prompt source this character model cannot read: characters
         outside its alphabet (they would all become one unknown token) or a prompt that, with
         ``max_new_tokens``, does not fit its context. Checks ``sample`` prompts of iteration 0."""
-        from lit_entropy.tokenizer import CharTokenizer
+        from lit_entropy.policy.tokenizer import CharTokenizer
 
         tok = CharTokenizer.for_countdown()
         context = self.arch.max_position_embeddings
@@ -174,7 +174,7 @@ class TinyLabPolicy:
     def build(self) -> PolicyBundle:
         from transformers import Qwen2ForCausalLM
 
-        from lit_entropy.tokenizer import CharTokenizer
+        from lit_entropy.policy.tokenizer import CharTokenizer
 
         path = Path(self.cache_dir) / "warmstart" / self.cache_key()
         if (path / "config.json").exists() and not verify_checksums(path):
@@ -195,7 +195,7 @@ class TinyLabPolicy:
         return PolicyBundle(model=with_lora(model, self.lora), tokenizer=CharTokenizer.load(path), path=str(path))
 
     def _warm_start_and_save(self, path: Path) -> None:
-        from lit_entropy.tokenizer import CharTokenizer
+        from lit_entropy.policy.tokenizer import CharTokenizer
 
         tok = CharTokenizer.for_countdown()
         model = build_tiny_qwen2(tok.vocab_size, self.arch, tok, seed=self.init_seed)
@@ -284,7 +284,7 @@ class HFPolicy:
     """LoRA adapters (``{r, alpha, dropout, target_modules}``); None = full fine-tuning."""
 
     def __post_init__(self) -> None:
-        from lit_entropy.lora import as_lora_config
+        from lit_entropy.policy.lora import as_lora_config
 
         self.lora = as_lora_config(self.lora)
 
@@ -297,7 +297,7 @@ class HFPolicy:
             self.name_or_path, dtype=getattr(torch, self.dtype), trust_remote_code=self.trust_remote_code
         )
         hf_tok = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=self.trust_remote_code)
-        from lit_entropy.model_support import disable_dropout, startup_report
+        from lit_entropy.policy.model_support import disable_dropout, startup_report
 
         dropout = disable_dropout(model)
         model = with_lora(model, self.lora)
@@ -307,7 +307,7 @@ class HFPolicy:
 
 def with_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
     """``model`` wrapped with fresh LoRA adapters when ``lora`` is set, else as it is."""
-    from lit_entropy.lora import apply_lora, as_lora_config
+    from lit_entropy.policy.lora import apply_lora, as_lora_config
 
     cfg = as_lora_config(lora)
     return model if cfg is None else apply_lora(model, cfg)
