@@ -1,6 +1,6 @@
 """Small config objects for the RL objective and the optimizer (the ``algo/`` and ``optim/`` groups).
 
-Batching (how many prompts, minibatches, micro-batches) is :class:`lit_entropy.data.batch.BatchConfig`."""
+Batching (how many prompts, minibatches, micro-batches) is :class:`lit_entropy.rollout.batch.BatchConfig`."""
 
 from __future__ import annotations
 

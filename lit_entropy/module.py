@@ -33,7 +33,6 @@ import torch
 from lit_entropy import advantages as adv
 from lit_entropy import token_shaping
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
-from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
 from lit_entropy.log_steps import ITERATION, iteration_step
@@ -49,6 +48,7 @@ from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_
 from lit_entropy.policy import passes
 from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.strategies import fully_shard_policy
+from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from lit_entropy.rollout.filters import apply_filters
 from lit_entropy.utils import dist
 

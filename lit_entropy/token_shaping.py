@@ -2,7 +2,7 @@
 
 Applied in the pre-update pass after the sequence advantages (:mod:`lit_entropy.advantages`), before any
 controller sees the batch. Every rule is a pure function of ``[B]`` / ``[B, L]`` tensors laid out like a
-:class:`~lit_entropy.data.batch.RolloutBatch`: rows right-padded, contiguous groups of ``G`` rows, a boolean
+:class:`~lit_entropy.rollout.batch.RolloutBatch`: rows right-padded, contiguous groups of ``G`` rows, a boolean
 ``response_mask``, ``entropy`` the full-vocabulary entropy of each position under the policy that sampled
 the batch (the pre-update pass, detached). Results are fp32 ``[B, L]``, 0 outside the response.
 

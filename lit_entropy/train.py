@@ -14,11 +14,11 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.checkpointing import check_resumable
-from lit_entropy.data.batch import BatchConfig
 from lit_entropy.interrupt import InterruptLatch
 from lit_entropy.log_steps import tensorboard_resume, write_again
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.rollout.base import SamplingConfig
+from lit_entropy.rollout.batch import BatchConfig
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.terminal import quiet_third_party, startup_block
 from lit_entropy.utils.dist import rank

@@ -24,7 +24,7 @@ def compose_train(overrides: list[str]):
 def small_rollout_batch(entropy: float, advantages: list[float], rewards: list[float] | None = None,
                         group_size: int = 2):
     """A RolloutBatch of len(advantages) rows of 4 tokens (1 prompt + 3 response), as a controller sees it."""
-    from lit_entropy.data.batch import RolloutBatch
+    from lit_entropy.rollout.batch import RolloutBatch
 
     B = len(advantages)
     batch = RolloutBatch(

@@ -10,8 +10,8 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lit_entropy.callbacks.base import Dose, EntropyController, check_delta, config_error, step_toward
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.trust_region import LOSSES as TRUST_REGION_LOSSES
+from lit_entropy.rollout.batch import RolloutBatch
 
 
 class ADAPOCallback(EntropyController):

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 
-from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.rollout.batch import RolloutBatch
 from lit_entropy.schedules import BandSchedule, Schedule, parse_schedule, probe_points, progress
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.diagnostics.entropy_dynamics import (
     DEFAULT_QUANTILES,
     cov_logp_adv,
@@ -52,6 +51,7 @@ from lit_entropy.diagnostics.entropy_dynamics import (
 )
 from lit_entropy.diagnostics.token_split import QUADRANTS, entropy_high_low, grad_mass_quadrants
 from lit_entropy.log_steps import iteration_step
+from lit_entropy.rollout.batch import RolloutBatch
 
 log = logging.getLogger(__name__)
 

@@ -46,13 +46,13 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy.callbacks.base import CONFIG_PATH, Dose, EntropyController, config_error, warn_renamed
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.entrocraft import (
     band_direction,
     group_renormalised_weights,
     hard_advantages,
     sample_keep,
 )
+from lit_entropy.rollout.batch import RolloutBatch
 from lit_entropy.schedules import BandSchedule, parse_schedule
 
 MODES = ("paper", "hard")

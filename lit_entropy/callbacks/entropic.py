@@ -12,7 +12,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lit_entropy.callbacks.base import Dose, EntropyController, config_error
-from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.rollout.batch import RolloutBatch
 
 log = logging.getLogger(__name__)
 

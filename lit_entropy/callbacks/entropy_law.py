@@ -21,8 +21,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.diagnostics.entropy_law import LawFit, fit_entropy_law
+from lit_entropy.rollout.batch import RolloutBatch
 
 log = logging.getLogger(__name__)
 

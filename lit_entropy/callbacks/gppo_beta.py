@@ -10,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lit_entropy.callbacks.base import EntropyController, check_delta, config_error, step_toward
-from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.rollout.batch import RolloutBatch
 
 DRIVES = ("both", "high", "low")
 

@@ -13,8 +13,8 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy.callbacks.base import Dose, EntropyController, config_error
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.repo import LOGP_FLOOR, adapt_lambda, repo_d_advantages, repo_r_advantages
+from lit_entropy.rollout.batch import RolloutBatch
 
 VARIANTS = ("r", "d")
 LAMBDA_RANGES: dict[str, tuple[float, float]] = {"r": (1e-4, 0.05), "d": (1e-3, 10.0)}

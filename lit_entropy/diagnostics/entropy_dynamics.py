@@ -1,7 +1,7 @@
 """Batch statistics that predict or describe how the policy entropy moves (docs/design.md §7.5).
 
 All functions take per-token tensors ``[B, L]`` aligned with a boolean response mask ``M`` [B, L]
-(:class:`~lit_entropy.data.batch.RolloutBatch` layout). Positions outside the mask may hold anything,
+(:class:`~lit_entropy.rollout.batch.RolloutBatch` layout). Positions outside the mask may hold anything,
 NaN and inf included: they are replaced with ``torch.where`` before any arithmetic, never multiplied
 by 0. Computation is in fp32 (fp64 inputs stay fp64). Advantages may be per sequence ``[B]``
 (broadcast over tokens) or per token ``[B, L]``. An empty mask (or an empty sign class) gives 0, never

@@ -92,7 +92,7 @@ def gibberish_rows(input_ids: Tensor, sampler_logp: Tensor, response_mask: Tenso
 
 
 def apply_filters(batch: Any, cfg: Any, model: Any) -> dict[str, float]:
-    """Zero-weight the completions the filters of ``cfg`` (:class:`~lit_entropy.data.batch.BatchConfig`) flag in
+    """Zero-weight the completions the filters of ``cfg`` (:class:`~lit_entropy.rollout.batch.BatchConfig`) flag in
     ``batch`` (a :class:`~lit_entropy.rollout.batch.RolloutBatch`): their tokens leave ``batch.loss_mask``.
     Returns the ``rollout/filtered_*`` counts (empty when no filter is on). ``model``: the policy, whose
     ``config.vocab_size`` the gibberish rule reads."""

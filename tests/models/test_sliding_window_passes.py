@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.module import PolicyModule
 from lit_entropy.policy.models import PolicyBundle
+from lit_entropy.rollout.batch import RolloutBatch
 from tests.models import trainer_paths as tp
 from tests.models.families import grouped_rows, tiny_model
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from lit_entropy.callbacks.adaptive_bonus import AdaptiveEntropyBonusCallback
-from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.rollout.batch import RolloutBatch
 from tests.helpers import small_rollout_batch
 
 

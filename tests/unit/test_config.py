@@ -156,9 +156,9 @@ def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
 
 def test_values_are_checked_with_their_config_keys():
     from lit_entropy.algo import OptimConfig
-    from lit_entropy.data.batch import BatchConfig
     from lit_entropy.rewards.config import RewardConfig
     from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.batch import BatchConfig
     from lit_entropy.rollout.sampler import Sampler
     from lit_entropy.rollout.vllm_engine import VLLMEngine
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from lit_entropy.data.batch import BatchConfig, RolloutBatch
 from lit_entropy.data.rollout_datamodule import build_batch
 from lit_entropy.module import PolicyModule
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
@@ -19,6 +18,7 @@ from lit_entropy.objectives.rollout_correction import CorrectionConfig
 from lit_entropy.policy.models import PolicyBundle, TinyArch, build_tiny_qwen2
 from lit_entropy.policy.tokenizer import CharTokenizer
 from lit_entropy.rollout.base import Generation
+from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from tests.helpers import CONF, compose_train
 
 ALGOS = sorted(p.stem for p in (CONF / "algo").glob("*.yaml"))

@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 from lit_entropy.callbacks.base import EntropyController
 from lit_entropy.callbacks.diagnostics import HISTOGRAM_TAG, EntropyDiagnosticsCallback
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy_dynamics import cov_logp_adv, dh_pred, disc_centered_mean
+from lit_entropy.rollout.batch import RolloutBatch
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "diagnostics"
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from lit_entropy.advantages import compute_advantages
 from lit_entropy.callbacks.base import EntropyController
 from lit_entropy.callbacks.entrocraft import EntrocraftCallback
-from lit_entropy.data.batch import RolloutBatch
+from lit_entropy.rollout.batch import RolloutBatch
 from tests.helpers import small_rollout_batch
 
 YAML = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "entropy" / "entrocraft.yaml"

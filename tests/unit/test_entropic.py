@@ -11,9 +11,9 @@ import torch
 
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.callbacks.entropic import EntroPICCallback
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.entropic import PIC_PROB_THRESHOLD, entropic_term
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
+from lit_entropy.rollout.batch import RolloutBatch
 from tests.helpers import small_rollout_batch
 
 

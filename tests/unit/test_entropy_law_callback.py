@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from lit_entropy.callbacks.entropy_law import EntropyLawCallback
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.diagnostics.entropy_law import fit_entropy_law
+from lit_entropy.rollout.batch import RolloutBatch
 from lit_entropy.train import instantiate_callbacks
 from tests.helpers import CONF, compose_train
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from lit_entropy.algo import AlgoConfig
-from lit_entropy.data.batch import BatchConfig
 from lit_entropy.module import PolicyModule
 from lit_entropy.policy.models import PolicyBundle, TinyArch, build_tiny_qwen2
 from lit_entropy.policy.tokenizer import CharTokenizer
+from lit_entropy.rollout.batch import BatchConfig
 from tests.helpers import step_gradient
 
 B, L = 10, 14

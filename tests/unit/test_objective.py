@@ -132,7 +132,7 @@ def test_combinations_that_cannot_work_fail_at_start_up(kwargs, match):
 
 
 def test_dynamic_sampling_and_a_baseline_free_estimator_fail_at_start_up():
-    from lit_entropy.data.batch import BatchConfig
+    from lit_entropy.rollout.batch import BatchConfig
     from lit_entropy.train import check_batch_and_algo
 
     with pytest.raises(ValueError, match="batch.dynamic_sampling .* algo.advantage=w_reinforce"):

@@ -12,8 +12,8 @@ import yaml
 from hydra.utils import instantiate
 
 from lit_entropy.callbacks.repo import REPOCallback
-from lit_entropy.data.batch import RolloutBatch
 from lit_entropy.objectives.repo import adapt_lambda, repo_d_advantages, repo_r_advantages
+from lit_entropy.rollout.batch import RolloutBatch
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "entropy"
 

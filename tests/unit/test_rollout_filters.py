@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from lit_entropy.data.batch import BatchConfig, RolloutBatch
+from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from lit_entropy.rollout.filters import (
     GibberishFilter,
     RepetitionFilter,
