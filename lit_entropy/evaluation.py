@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from lit_entropy.data.prompts import Prompt
 from lit_entropy.metrics.passk import Accuracy, MeanAtK, PassAtK
 from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rollout.sampler import Sampler
+from lit_entropy.tasks.prompts import Prompt
 
 log = logging.getLogger(__name__)
 

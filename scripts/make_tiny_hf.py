@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lit_entropy.data.math_sources import MathDataset  # noqa: E402
 from lit_entropy.policy.hf_tiny import build_tiny_hf_policy  # noqa: E402
+from lit_entropy.tasks.math_sources import MathDataset  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> Path:

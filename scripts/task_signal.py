@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lit_entropy.data.prompts import Prompt  # noqa: E402
 from lit_entropy.tasks import arithmetic  # noqa: E402
+from lit_entropy.tasks.prompts import Prompt  # noqa: E402
 
 MATH_SYSTEM = ("You are a careful math assistant. Think step by step briefly, then give the final answer "
                "as \\boxed{N}.")

@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 
-from lit_entropy.data.math_sources import JSONLPrompts
 from lit_entropy.rewards import trusted_reward
 from lit_entropy.tasks.countdown_expr import evaluate, numbers_used, parse_expression
+from lit_entropy.tasks.math_sources import JSONLPrompts
 
 
 def given_numbers(prompt: str) -> list[int]:

@@ -53,11 +53,11 @@ def timed(fn: Callable[[], object]) -> float:
 
 # ---- generate: vLLM vs HF generate on the lab policy ------------------------------------------------
 def bench_generate(s: dict, cache_dir: str) -> dict:
-    from lit_entropy.data.prompts import CountdownPrompts
     from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.hf_engine import HFEngine
     from lit_entropy.rollout.vllm_engine import VLLMEngine
+    from lit_entropy.tasks.prompts import CountdownPrompts
 
     arch, warm = (TinyArch(num_layers=1), WarmStart(steps=5)) if s["quick_policy"] else (TinyArch(), WarmStart())
     policy = TinyLabPolicy(arch=arch, warmstart=warm, cache_dir=cache_dir).build()

@@ -37,10 +37,10 @@ def measure(folder: str, engine_kwargs: dict, prompts: int, group: int, max_new_
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lit_entropy.bench.limits import SYSTEM, median_time
-    from lit_entropy.data.prompts import ArithmeticPrompts
     from lit_entropy.policy.models import HFTokenizerAdapter
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.vllm_engine import VLLMEngine
+    from lit_entropy.tasks.prompts import ArithmeticPrompts
 
     tok = HFTokenizerAdapter(AutoTokenizer.from_pretrained(folder))
     ids = [tok.encode_chat(p.text, system=SYSTEM) for p in ArithmeticPrompts(answer_format="number").sample(prompts, 0)]

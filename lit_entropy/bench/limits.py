@@ -103,11 +103,11 @@ def measure_phases(folder: str, dtype: str, prompts: int, group: int, max_new_to
     the weight sync."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_entropy.data.prompts import ArithmeticPrompts
     from lit_entropy.diagnostics.entropy import shift_for_causal_lm, token_logprobs_and_entropy
     from lit_entropy.policy.models import HFTokenizerAdapter
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.vllm_engine import VLLMEngine
+    from lit_entropy.tasks.prompts import ArithmeticPrompts
 
     tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)

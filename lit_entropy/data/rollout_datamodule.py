@@ -29,12 +29,12 @@ from torch.utils.data import DataLoader
 
 from lit_entropy import advantages as adv
 from lit_entropy.checkpointing import preserved_rng
-from lit_entropy.data.prompts import Prompt, PromptSource
 from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rollout.base import Generation
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from lit_entropy.rollout.overlap import Producer, staleness_metrics
 from lit_entropy.rollout.sampler import Sampler
+from lit_entropy.tasks.prompts import Prompt, PromptSource
 from lit_entropy.utils import dist
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class Prompt(Protocol):
-    """A problem as the reward sees it (:class:`lit_entropy.data.prompts.Prompt`)."""
+    """A problem as the reward sees it (:class:`lit_entropy.tasks.prompts.Prompt`)."""
 
     text: str
     reference: Any

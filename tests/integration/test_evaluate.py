@@ -13,7 +13,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lit_entropy.data.prompts import Prompt
 from lit_entropy.evaluation import evaluate
 from lit_entropy.evaluation_run import compose_evaluate, load_checkpoint_weights, main
 from lit_entropy.metrics import pass_at_k
@@ -22,6 +21,7 @@ from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.tasks.math_answers import math_reward
+from lit_entropy.tasks.prompts import Prompt
 from tests.helpers import ROOT, compose_train
 
 pytestmark = pytest.mark.integration
@@ -270,9 +270,9 @@ class ArithmeticEngine(RolloutEngine):
 
 
 def test_evaluate_splits_keeps_greedy_sampled_format_and_skill_apart():
-    from lit_entropy.data.prompts import ArithmeticPrompts
     from lit_entropy.evaluation import evaluate_splits
     from lit_entropy.tasks.arithmetic import arithmetic_reward
+    from lit_entropy.tasks.prompts import ArithmeticPrompts
 
     source = ArithmeticPrompts(answer_format="number")
     splits = source.eval_splits(6, seed=0)

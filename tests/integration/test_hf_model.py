@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lit_entropy.data.math_sources import default_data_dir
+from lit_entropy.tasks.math_sources import default_data_dir
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.integration

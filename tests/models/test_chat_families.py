@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from lit_entropy.data.prompts import CountdownPrompts
 from lit_entropy.data.rollout_datamodule import RolloutDataModule
 from lit_entropy.policy.models import HFTokenizerAdapter
 from lit_entropy.rollout.base import Generation, truncate_at_stop
+from lit_entropy.tasks.prompts import CountdownPrompts
 from tests.models.chat_tokenizers import FORMATS, chat_tokenizer
 from tests.models.families import FAMILIES
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from lit_entropy.data.prompts import ArithmeticPrompts
 from lit_entropy.tasks.arithmetic import (
     ANSWER_FORMATS,
     ArithmeticConfig,
@@ -26,6 +25,7 @@ from lit_entropy.tasks.arithmetic import (
     split_of,
     value_of,
 )
+from lit_entropy.tasks.prompts import ArithmeticPrompts
 
 EASY = {"num_operands": 2, "min_operand": 1, "max_operand": 20, "ops": "+", "style": "expression", "phrasing": "fixed"}
 """The task's first setting (``data=arithmetic_easy``, less its split)."""

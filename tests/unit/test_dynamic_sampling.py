@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from lit_entropy.data.prompts import CountdownPrompts, Prompt
 from lit_entropy.data.rollout_datamodule import Group, RolloutDataModule
 from lit_entropy.rollout.base import Generation
 from lit_entropy.rollout.batch import BatchConfig
+from lit_entropy.tasks.prompts import CountdownPrompts, Prompt
 
 G = 2
 

@@ -8,7 +8,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from lit_entropy.data.math_sources import MathDataset
+from lit_entropy.tasks.math_sources import MathDataset
 from tests.helpers import compose_train
 
 pytest.importorskip("datasets", reason="the hf extra (datasets) is not installed")

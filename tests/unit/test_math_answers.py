@@ -10,7 +10,6 @@ from decimal import Decimal, InvalidOperation
 
 import pytest
 
-from lit_entropy.data.math_sources import default_data_dir
 from lit_entropy.rewards import RewardRunner, RewardTimeout
 from lit_entropy.tasks.math_answers import (
     extract_answer,
@@ -19,6 +18,7 @@ from lit_entropy.tasks.math_answers import (
     math_reward,
     normalize_reference,
 )
+from lit_entropy.tasks.math_sources import default_data_dir
 
 DATA = default_data_dir()
 TEST_FILES = ["gsm8k_test.jsonl", "math500_test.jsonl", "aime2024_test.jsonl", "aime2025_test.jsonl",

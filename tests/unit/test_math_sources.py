@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from lit_entropy.data.math_sources import (
+from lit_entropy.tasks.math_answers import math_reward
+from lit_entropy.tasks.math_sources import (
     DEFAULT_TEMPLATE,
     MATH_DATASETS,
     JSONLPrompts,
     MathDataset,
     default_data_dir,
 )
-from lit_entropy.tasks.math_answers import math_reward
 
 DATA = default_data_dir()
 needs_data = pytest.mark.skipif(not (DATA / "MANIFEST.json").is_file(),

@@ -82,7 +82,7 @@ class FixedPrompts:
         self.texts = texts
 
     def sample(self, n: int, iteration: int, round: int = 0) -> list:
-        from lit_entropy.data.prompts import Prompt
+        from lit_entropy.tasks.prompts import Prompt
 
         return [Prompt(t) for t in self.texts[:n]]
 

@@ -17,13 +17,13 @@ import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerStatus
 
-from lit_entropy.data.prompts import CountdownPrompts
 from lit_entropy.data.rollout_datamodule import RolloutDataModule
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.rollout.batch import BatchConfig
 from lit_entropy.rollout.overlap import Producer
 from lit_entropy.rollout.sampler import Sampler
+from lit_entropy.tasks.prompts import CountdownPrompts
 
 EOS, PAD, BASE = 2, 0, 3
 

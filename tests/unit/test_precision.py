@@ -71,11 +71,11 @@ def test_bf16_rounded_log_probs_bias_clipping_and_fp32_removes_it():
 def test_an_engine_in_another_dtype_is_reported_at_start_up(caplog):
     from types import SimpleNamespace
 
-    from lit_entropy.data.prompts import CountdownPrompts
     from lit_entropy.data.rollout_datamodule import RolloutDataModule
     from lit_entropy.policy.tokenizer import CharTokenizer
     from lit_entropy.rewards.config import RewardConfig
     from lit_entropy.rollout.sampler import Sampler
+    from lit_entropy.tasks.prompts import CountdownPrompts
 
     made = []
 

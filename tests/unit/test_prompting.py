@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lit_entropy.data.math_sources import R1_ZERO_TEMPLATE, JSONLPrompts
 from lit_entropy.rewards.shaping import soft_overlong_penalty
 from lit_entropy.rollout.base import Generation, truncate_at_stop
+from lit_entropy.tasks.math_sources import R1_ZERO_TEMPLATE, JSONLPrompts
 
 
 def test_soft_overlong_penalty_follows_dapo():
@@ -37,12 +37,12 @@ def test_r1_zero_template_is_a_named_base_model_template(tmp_path):
 def test_chat_template_needs_a_tokenizer_that_has_one():
     from types import SimpleNamespace
 
-    from lit_entropy.data.prompts import CountdownPrompts
     from lit_entropy.data.rollout_datamodule import RolloutDataModule
     from lit_entropy.policy.tokenizer import CharTokenizer
     from lit_entropy.rewards.config import RewardConfig
     from lit_entropy.rollout.base import SamplingConfig
     from lit_entropy.rollout.sampler import Sampler
+    from lit_entropy.tasks.prompts import CountdownPrompts
 
     dm = RolloutDataModule(CountdownPrompts(), chat_template=True)
     with pytest.raises(ValueError, match="chat_template"):

@@ -70,8 +70,8 @@ def test_minibatches_cover_kept_rows_once():
 
 
 def test_check_context_refuses_a_prompt_past_the_context_and_counts_cut_budgets():
-    from lit_entropy.data.prompts import Prompt
     from lit_entropy.data.rollout_datamodule import check_context
+    from lit_entropy.tasks.prompts import Prompt
 
     prompts = [Prompt("short", "1"), Prompt("long enough to cut", "2"), Prompt("far too long", "3")]
     ids = [[1] * 4, [1] * 10, [1] * 16]

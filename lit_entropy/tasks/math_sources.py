@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lit_entropy.data.prompts import Prompt, PromptSource
 from lit_entropy.tasks.arithmetic import MAX_ANSWER_DIGITS, arithmetic_reward
 from lit_entropy.tasks.math_answers import extract_gsm8k, math_reward
+from lit_entropy.tasks.prompts import Prompt, PromptSource
 
 __all__ = ["ANSWER_RULES", "DEFAULT_TEMPLATE", "MATH_DATASETS", "JSONLPrompts", "MathDataset", "default_data_dir"]
 
