@@ -21,7 +21,6 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.config_keys import upgrade_overrides
 from lit_entropy.config_path import config_dir
 from lit_entropy.evaluation import eval_prompts, evaluate, evaluate_splits
 from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
@@ -33,9 +32,9 @@ CONF = config_dir()  # the checkout's conf/, or lit_entropy/conf in an installed
 
 
 def compose_evaluate(overrides: list[str]) -> DictConfig:
-    """``conf/evaluate.yaml`` composed with ``overrides`` (old key spellings rewritten, with a warning)."""
+    """``conf/evaluate.yaml`` composed with ``overrides``."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="evaluate", overrides=upgrade_overrides(list(overrides)))
+        return compose(config_name="evaluate", overrides=list(overrides))
 
 
 def find_run_config(ckpt: Path) -> Path | None:
@@ -197,7 +196,7 @@ def usage() -> str:
 def print_config(which: str, overrides: list[str]) -> None:
     """Hydra's ``--cfg {job,hydra,all}``: the composed config (or hydra's node) as YAML, unresolved."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="evaluate", overrides=upgrade_overrides(list(overrides)),
+        cfg = compose(config_name="evaluate", overrides=list(overrides),
                       return_hydra_config=which != "job")
     print(OmegaConf.to_yaml(cfg.hydra if which == "hydra" else cfg), end="")
 

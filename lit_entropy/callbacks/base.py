@@ -18,14 +18,12 @@ Config keys every controller takes (subclasses hand them on as ``**common``):
 * ``clamp_patience`` — iterations a knob may sit at its clamp before one log warning.
 
 Errors name the config key: ``callbacks.entropy.<key>: <what is wrong>`` (:func:`config_error`).
-Renamed keys (:data:`RENAMED`) are still read for one release, with a warning naming the new key.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
@@ -40,22 +38,11 @@ log = logging.getLogger(__name__)
 CONFIG_PATH = "callbacks.entropy"
 """Where a controller's config node lives; every error it raises starts with this path."""
 PROGRESS_UNITS = ("iterations", "samples")
-RENAMED = {"progress_unit": "progress.unit", "total_samples": "progress.total_samples"}
-"""Old top-level keys -> their new place, read for one release with a warning."""
 
 
 def config_error(key: str, message: str) -> ValueError:
     """``ValueError("callbacks.entropy.<key>: <message>")``: the controllers' one error convention."""
     return ValueError(f"{CONFIG_PATH}.{key}: {message}" if key else f"{CONFIG_PATH}: {message}")
-
-
-def warn_renamed(old: str, new: str) -> None:
-    """Say, as a ``DeprecationWarning`` and in the log, that ``old`` is now ``new``."""
-    message = (
-        f"{CONFIG_PATH}.{old} is renamed {CONFIG_PATH}.{new}; the old key is read for one more release"
-    )
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    log.warning(message)
 
 
 DECIMALS = 12
@@ -104,16 +91,12 @@ class ProgressConfig:
             raise config_error("progress.total_samples", f"{self.total_samples!r}; unit=samples needs a count > 0")
 
     @classmethod
-    def parse(cls, spec: ProgressConfig | Mapping | None, renamed: dict[str, Any]) -> ProgressConfig:
-        """From the ``progress`` node, letting the old top-level keys in ``renamed`` override it."""
+    def parse(cls, spec: ProgressConfig | Mapping | None) -> ProgressConfig:
+        """From the ``progress`` node."""
         fields = asdict(spec) if isinstance(spec, ProgressConfig) else dict(spec or {})
         unknown = sorted(set(fields) - {"unit", "total_samples"})
         if unknown:
             raise config_error("progress", f"unknown key(s) {unknown}; it takes unit, total_samples")
-        for old, value in renamed.items():
-            if value is not None:
-                warn_renamed(old, RENAMED[old])
-                fields[RENAMED[old].split(".")[1]] = value
         return cls(**fields)
 
     def at(self, iteration: int, max_epochs: int | None, samples_seen: int) -> float:
@@ -154,7 +137,7 @@ class EntropyController(pl.Callback):
     """Base class: target, progress, clamp warnings, state. Subclasses implement :meth:`control`.
 
     A subclass's ``__init__`` takes its own knobs and hands the rest on: ``super().__init__(**common)``
-    (``target``, ``progress``, ``clamp_patience`` and the renamed keys of :data:`RENAMED`). Its class data say what
+    (``target``, ``progress``, ``clamp_patience``). Its class data say what
     the rest of the package needs to know of it: :attr:`knobs`, :attr:`methods` (with their doses),
     :attr:`refused_losses`.
     """
@@ -184,15 +167,14 @@ class EntropyController(pl.Callback):
         target: Any = "first",
         progress: ProgressConfig | Mapping | None = None,
         clamp_patience: int = 5,
-        **renamed: Any,
+        **unknown: Any,
     ) -> None:
-        unknown = sorted(set(renamed) - set(RENAMED))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {unknown}")
+        if unknown:  # named with the controller's class (Python would name this base class's __init__)
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {sorted(unknown)}")
         if not clamp_patience >= 1:
             raise config_error("clamp_patience", f"{clamp_patience} must be >= 1")
         self.target = build_target(target)
-        self.progress_config = ProgressConfig.parse(progress, renamed)
+        self.progress_config = ProgressConfig.parse(progress)
         self.clamp_patience = clamp_patience
         self.first_entropy: float | None = None
         self.samples_seen = 0

@@ -27,9 +27,7 @@ The band (``band=``) is a schedule over training progress p read by
 ``{kind: "pkg.module:function"}`` (``p -> [h_low, h_high]``). It is the base class's target: the logged
 ``control/target_entropy`` is its centre, and at fit start its high edge is checked against
 log(vocab_size). Progress (``progress=``, :class:`~lit_entropy.callbacks.base.ProgressConfig`) counts
-iterations or samples, kept in the state, so a resumed run continues the band where it stopped. The
-old keys ``schedule``, ``band_start``, ``band_end``, ``band_points``, ``band_low`` and ``band_high``
-are still read for one release (:func:`band_from_renamed`), with a warning naming the new key.
+iterations or samples, kept in the state, so a resumed run continues the band where it stopped.
 
 Logged: ``control/direction`` (m), ``control/band_low``, ``control/band_high``,
 ``control/target_entropy`` (the band centre), ``control/band_error`` (distance of H outside the band,
@@ -45,7 +43,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy.callbacks.base import CONFIG_PATH, Dose, EntropyController, config_error, warn_renamed
+from lit_entropy.callbacks.base import CONFIG_PATH, Dose, EntropyController, config_error
 from lit_entropy.objectives.entrocraft import (
     band_direction,
     group_renormalised_weights,
@@ -57,52 +55,6 @@ from lit_entropy.schedules import BandSchedule, parse_schedule
 
 MODES = ("paper", "hard")
 RENORMALISE = ("prompt", "none")
-RENAMED_BAND = {
-    "schedule": "band.kind",
-    "band_start": "band.start",
-    "band_end": "band.end",
-    "band_points": "band.points",
-    "band_low": "band.kind (one function p -> [h_low, h_high])",
-    "band_high": "band.kind (one function p -> [h_low, h_high])",
-}
-"""Entrocraft's old band keys -> where they went, read for one release with a warning."""
-
-
-def band_from_renamed(band: Any, old: dict[str, Any]) -> Any:
-    """``band`` with the old keys that are set (not None) applied, as the old band config read them.
-
-    ``schedule`` / ``band_start`` / ``band_end`` / ``band_points`` override the mapping's ``kind`` /
-    ``start`` / ``end`` / ``points`` (``linear`` and ``cosine`` without an end hold the start, as
-    before); ``schedule: callable`` with ``band_low`` / ``band_high`` (import paths, numbers or schedule
-    mappings, one per edge) builds the band from the two edges.
-    """
-    given = {key: value for key, value in old.items() if value is not None}
-    for key in given:
-        warn_renamed(key, RENAMED_BAND[key])
-    if not given:
-        return band
-    spec = dict(band) if isinstance(band, Mapping) else {"kind": "constant", "start": band}
-    kind = str(given.get("schedule", spec.get("kind", "linear"))).strip().lower()
-    edges = {name: given.get(f"band_{name}") for name in ("low", "high")}
-    if kind == "callable":
-        if None in edges.values():
-            raise config_error("band_low", "schedule=callable needs both band_low and band_high")
-        low, high = (
-            parse_schedule({"kind": e} if isinstance(e, str) else e, f"{CONFIG_PATH}.band_{name}")
-            for name, e in edges.items()
-        )
-        return BandSchedule(low, high)
-    if any(e is not None for e in edges.values()):
-        raise config_error("band_low", f"band_low / band_high are used only with schedule=callable, not {kind!r}")
-    spec["kind"] = kind
-    for key in ("start", "end", "points"):
-        if f"band_{key}" in given:
-            spec[key] = given[f"band_{key}"]
-    if kind in ("linear", "cosine") and spec.get("end") is None:
-        spec["end"] = spec.get("start")
-    return spec
-
-
 class EntrocraftCallback(EntropyController):
     """Entrocraft band controller; see the module docstring and ``docs/controllers/entrocraft.md``.
 
@@ -113,9 +65,7 @@ class EntrocraftCallback(EntropyController):
         seed: seed of the rejection draws (their generator is checkpointed).
         nsr_reward_offset: hard mode: NSR uses min(R − offset, 0).
         renormalise: paper mode: ``"prompt"`` (the paper's 1/|S_x|) or ``"none"``.
-        **common: ``progress``, ``clamp_patience`` and the renamed keys (see
-            :class:`~lit_entropy.callbacks.base.EntropyController`); the old band keys of
-            :data:`RENAMED_BAND` are read here.
+        **common: ``progress``, ``clamp_patience`` (see :class:`~lit_entropy.callbacks.base.EntropyController`).
     """
 
     methods = {
@@ -137,7 +87,6 @@ class EntrocraftCallback(EntropyController):
         renormalise: str = "prompt",
         **common: Any,
     ) -> None:
-        band = band_from_renamed(band, {key: common.pop(key, None) for key in RENAMED_BAND})
         super().__init__(target=parse_schedule(band, f"{CONFIG_PATH}.band", band=True), **common)
         if mode not in MODES:
             raise config_error("mode", f"{mode!r}; choose one of {MODES}")

@@ -19,7 +19,6 @@ def main(argv: list[str] | None = None) -> None:
     import hydra
     from omegaconf import DictConfig
 
-    from lit_entropy.config_keys import upgrade_overrides
     from lit_entropy.train import run
     from lit_entropy.utils.dist import rank
 
@@ -30,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"final {key} = {metrics[key]:.4f}")
         return metrics.get("rollout/accuracy")
 
-    sys.argv[1:] = upgrade_overrides(args)  # old key spellings keep working, with a warning
+    sys.argv[1:] = args  # Hydra reads its overrides and flags from sys.argv
     hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")(task)()
 
 

@@ -43,12 +43,6 @@ def test_train_takes_the_scripts_overrides_from_any_folder(in_tmp, capsys):
     assert not any(in_tmp.iterdir())  # --cfg composes and prints; nothing is written
 
 
-def test_old_key_spellings_are_upgraded_by_the_entry_point(in_tmp, capsys):
-    with pytest.warns(FutureWarning, match="data.group_size is now batch.group_size"):
-        cfg = printed_config(capsys, "data.group_size=5")
-    assert cfg["batch"]["group_size"] == 5
-
-
 def test_a_user_config_folder_adds_groups_through_hydra_searchpath(in_tmp, capsys):
     mine = in_tmp / "my_conf"
     (mine / "experiment").mkdir(parents=True)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
 
-from lit_entropy.config_keys import RENAMED, renamed, upgrade_overrides
 from tests.helpers import CONF, compose_train
 
 OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
@@ -86,26 +83,3 @@ def test_groups_hold_one_kind_of_object():
     assert dapo.batch.dynamic_sampling and dapo.algo.name == "dapo" and dapo.algo.eps_high == 0.28
     math = compose_train(["data=math500", "rollout=hf", *OUT])
     assert math.rollout.max_new_tokens == 512 and math.batch.prompts_per_iter == 64 and math.reward.timeout_s == 10
-
-
-def test_renamed_keys_point_from_nothing_to_something():
-    configs = [compose_train(OUT), compose_train(["rollout=hf", *OUT])]  # some engine keys are one engine's
-    for old, new in RENAMED.items():
-        if old.startswith("eval."):
-            continue
-        assert all(OmegaConf.select(cfg, old) is None for cfg in configs), f"{old} still exists"
-        assert any(OmegaConf.select(cfg, new, default="missing") != "missing" for cfg in configs), new
-
-
-def test_old_overrides_are_rewritten_with_a_warning():
-    old = ["data.temperature=0.7", "+algo.micro_batch_size=4", "rollout.kv_cache_gib=2", "trainer.max_epochs=2",
-           "data.prompts.seed=5", "callbacks/entropy=none"]
-    with pytest.warns(FutureWarning, match="data.temperature is now rollout.temperature"):
-        new = upgrade_overrides(old)
-    assert new == ["rollout.temperature=0.7", "+batch.micro_batch_size=4", "rollout.engine.kv_cache_gib=2",
-                   "trainer.max_epochs=2", "data.prompts.seed=5", "callbacks/entropy=none"]
-    assert renamed("rollout.extra_engine_args.swap_space") == "rollout.engine.extra_engine_args.swap_space"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cfg = compose_train([*upgrade_overrides(["data.temperature=0.7", "algo.micro_batch_size=4"]), *OUT])
-    assert cfg.rollout.temperature == 0.7 and cfg.batch.micro_batch_size == 4 and cfg.module.temperature == 0.7

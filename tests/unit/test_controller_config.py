@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -161,70 +160,16 @@ def test_fit_start_errors_name_target_or_band():
         EntrocraftCallback(band=[0.6, 0.7]).on_fit_start(None, module)
 
 
-# ---- renamed keys: read for one release, with a warning naming the new key -----------------------
+# ---- the keys renamed before 0.1.0 are refused by name (their one-release shims are gone) ----------
 @pytest.mark.parametrize("cls", CONTROLLERS)
-def test_renamed_progress_keys_still_work_with_a_warning(cls, caplog):
-    with pytest.warns(DeprecationWarning) as record:
-        cb = cls(progress_unit="samples", total_samples=32)
-    assert cb.progress_config == ProgressConfig("samples", 32)
-    said = [str(w.message) for w in record]
-    for old, new in (("progress_unit", "progress.unit"), ("total_samples", "progress.total_samples")):
-        message = f"callbacks.entropy.{old} is renamed callbacks.entropy.{new}"
-        assert any(m.startswith(message) for m in said) and message in caplog.text
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        cls(progress_unit=None, total_samples=None)  # the yaml's null placeholders say nothing
-    with pytest.raises(TypeError, match="band_strat"):
-        cls(band_strat=[0.1, 0.2])
+def test_an_old_key_is_refused_naming_it_and_the_controller(cls):
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}\(\) got unexpected keyword argument\(s\) \['progress_unit'\]"):
+        cls(progress_unit="samples")
 
 
-OLD_BANDS = [  # old keys -> the new band they mean
-    ({"band_start": (0.6, 0.7), "band_end": (0.4, 0.5), "schedule": "cosine"},
-     {"kind": "cosine", "start": (0.6, 0.7), "end": (0.4, 0.5)}),
-    ({"band_start": (0.6, 0.7), "schedule": "linear"}, [0.6, 0.7]),
-    ({"schedule": "constant", "band_start": (0.4, 0.5), "band_end": (0.3, 0.4)}, [0.4, 0.5]),
-    ({"schedule": "piecewise", "band_points": [[0, 0.6, 0.7], [1, 0.2, 0.3]]},
-     {"kind": "piecewise", "points": [[0, 0.6, 0.7], [1, 0.2, 0.3]]}),
-    ({"schedule": "callable", "band_low": "tests.unit.test_entrocraft_callback:low_edge",
-      "band_high": "tests.unit.test_entrocraft_callback.high_edge"},
-     {"kind": "tests.unit.test_entrocraft_callback:band_edges"}),
-]
-
-
-@pytest.mark.parametrize("old,new", OLD_BANDS)
-def test_renamed_band_keys_give_the_same_band_with_a_warning(old, new):
-    with pytest.warns(DeprecationWarning, match=r"callbacks\.entropy\.(schedule|band_\w+) is renamed callbacks\.entropy\.band"):
-        was = EntrocraftCallback(**old).band
-    now = EntrocraftCallback(band=new).band
-    for p in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
-        assert was(p) == pytest.approx(now(p), abs=1e-15)
-
-
-def test_renamed_band_edges_may_be_numbers_or_schedules():
-    with pytest.warns(DeprecationWarning):
-        band = EntrocraftCallback(schedule="callable", band_low=0.1,
-                                  band_high={"kind": "piecewise", "points": [[0, 0.3], [1, 0.5]]}).band
-    assert band(0.5) == pytest.approx((0.1, 0.4))
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"^callbacks\.entropy\.band_low: .*both"):
-        EntrocraftCallback(schedule="callable", band_low=0.1)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="only with schedule=callable"):
-        EntrocraftCallback(band_high="math:exp")
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="piecewise"):
-        EntrocraftCallback(schedule="linear", band_points=[[0, 0.6, 0.7]])
-
-
-def test_renamed_keys_on_the_command_line_still_work(caplog):
-    old = compose_train(["callbacks.entropy.schedule=cosine", "callbacks.entropy.band_start=[0.5,0.6]",
-                         "callbacks.entropy.progress_unit=samples", "callbacks.entropy.total_samples=64", *OUT])
-    new = compose_train(["callbacks.entropy.band.kind=cosine", "callbacks.entropy.band.start=[0.5,0.6]",
-                         "callbacks.entropy.progress.unit=samples", "callbacks.entropy.progress.total_samples=64", *OUT])
-    with pytest.warns(DeprecationWarning):
-        was = instantiate(old.callbacks.entropy)
-    now = instantiate(new.callbacks.entropy)
-    assert [was.band(p / 10) for p in range(11)] == [now.band(p / 10) for p in range(11)]
-    assert was.progress_config == now.progress_config
-    for key, new_key in (("schedule", "band.kind"), ("band_start", "band.start"), ("progress_unit", "progress.unit")):
-        assert f"callbacks.entropy.{key} is renamed callbacks.entropy.{new_key}" in caplog.text
+def test_an_old_key_on_the_command_line_is_refused_by_name():
+    with pytest.raises(Exception, match="band_start"):
+        compose_train(["callbacks.entropy.band_start=[0.5,0.6]", *OUT])
 
 
 def test_state_dict_keys_are_unchanged():
