@@ -238,10 +238,10 @@ def test_argument_errors():
         main(["eval.limit=0"])
 
 
-def test_old_eval_keys_still_work(tmp_path):
-    with pytest.warns(FutureWarning, match="eval.max_new_tokens is now rollout.max_new_tokens"):
-        cfg = compose_evaluate(["eval.max_new_tokens=7", "eval.reward_workers=1", "data=math500"])
-    assert cfg.rollout.max_new_tokens == 7 and cfg.reward.workers == 1
+def test_an_old_eval_key_is_refused_by_name(tmp_path):
+    """The keys that moved to the rollout and reward groups before 0.1.0 are refused, naming themselves."""
+    with pytest.raises(Exception, match=r"eval\.max_new_tokens"):
+        compose_evaluate(["eval.max_new_tokens=7", "data=math500"])
     assert compose_evaluate(["data=math500"]).rollout.max_new_tokens == 512  # the data preset's length
 
 
