@@ -41,6 +41,10 @@ def _method_config(folder: Path) -> dict[str, Any]:
     return {"algo": cfg.get("algo") or {}, "callbacks": {"entropy": (cfg.get("callbacks") or {}).get("entropy")}}
 
 
+RESUME_ONLY = ("ckpt_path=",)
+"""Overrides that only resumed an interrupted run (a checkpoint's path on the machine): not kept in the records."""
+
+
 def export_run(folder: str | Path) -> dict[str, Any]:
     """One finished run as a record: kept scalars (``tag -> [[step, value], ...]``), the wall times of
     :data:`WALL_TAG`, the method config, the task overrides and the run's exit status and seconds."""
@@ -53,7 +57,8 @@ def export_run(folder: str | Path) -> dict[str, Any]:
     done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").is_file() else {}
     return {"scalars": scalars, "wall_times": [round(t, 3) for t in wall_times(folder, WALL_TAG)],
             "config": _method_config(folder),
-            "overrides": (yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [],
+            "overrides": [o for o in ((yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [])
+                          if not str(o).startswith(RESUME_ONLY)],
             "done": {k: done[k] for k in ("returncode", "seconds") if k in done}}
 
 

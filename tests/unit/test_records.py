@@ -59,11 +59,14 @@ def test_an_imported_run_summarises_like_the_original(tmp_path: Path) -> None:
 
 def test_records_keep_no_command_line_or_path(tmp_path: Path) -> None:
     _run(tmp_path / "study" / "runs" / "c" / "seed0", lam=0.5)
+    ov = tmp_path / "study" / "runs" / "c" / "seed0" / ".hydra" / "overrides.yaml"  # a resumed run's overrides
+    ov.write_text(yaml.safe_dump(["algo=grpo", f"ckpt_path={tmp_path}/study/runs/c/seed0/checkpoints/last.ckpt"]))
     f = tmp_path / "r.json.gz"
     export_records(tmp_path / "study", f)
     text = gzip.open(f, "rt").read()
     assert "/abs/train.py" not in text and str(tmp_path) not in text
     assert json.loads(text)["runs"]["runs/c/seed0"]["done"] == {"returncode": 0, "seconds": 17.0}
+    assert json.loads(text)["runs"]["runs/c/seed0"]["overrides"] == ["algo=grpo"]
 
 
 def test_import_keeps_finished_runs_and_replaces_half_written_ones(tmp_path: Path) -> None:
