@@ -68,7 +68,7 @@ gpu-wheels:
 	du -ch $(GPU_WHEELS_DIR)/*.whl | tail -n 1
 
 lint: $(STAMP)
-	$(PY) -m ruff check lit_entropy scripts tests
+	$(PY) -m ruff check lit_entropy studies benchmarks scripts tests
 
 clean:
 	rm -rf $(VENV) .cache logs

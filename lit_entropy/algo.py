@@ -16,9 +16,9 @@ from omegaconf import DictConfig, ListConfig
 
 from lit_entropy import token_shaping
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
-from lit_entropy.objectives import registry, selection
+from lit_entropy.objectives import changes, registry, selection
 from lit_entropy.objectives import trust_region as tr
-from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs, parse_args
+from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs
 
 LOSSES = ("ppo", "gspo", "gppo", *tr.LOSSES)
 PPO_CLIP_LOSSES = ("ppo", "gppo")
@@ -93,6 +93,9 @@ class AlgoConfig:
     """Archer's dual-token constraints ``{quantile, eps, kl_high}`` (None = off)."""
     simko: SimkoArgs | None = None
     """SimKO ``{k, alpha, lam, quantile}`` (None = off): top-K boost / top-1 penalty on high-entropy tokens."""
+    surrogate_changes: dict[str, Any] = field(default_factory=dict)
+    """Settings of registered per-token surrogate changes that have no key of their own
+    (:mod:`lit_entropy.objectives.changes`), by name: ``{my_change: {...}}``; a change left out is off."""
 
     def __post_init__(self) -> None:
         self.advantage_args = dict(self.advantage_args or {})
@@ -100,9 +103,7 @@ class AlgoConfig:
         self.selection_args = dict(self.selection_args or {})
         self.loss_args = dict(self.loss_args or {})
         self.term_coefs = dict(self.term_coefs or {})
-        self.erc = parse_args(ErcArgs, self.erc, "erc")
-        self.archer = parse_args(ArcherArgs, self.archer, "archer")
-        self.simko = parse_args(SimkoArgs, self.simko, "simko")
+        self._parse_surrogate_changes()
         self._check_choices()
         self._check_combinations()
         if self.advantage not in ADVANTAGE_ESTIMATORS:
@@ -127,6 +128,21 @@ class AlgoConfig:
                              f"own (set algo.<knob> for those); it takes {others}")
         if not all(math.isfinite(v) for v in self.term_coefs.values()):
             raise ValueError(f"algo.term_coefs={self.term_coefs} must be finite numbers")
+
+    def _parse_surrogate_changes(self) -> None:
+        """Each registered change's settings as its dataclass: ``algo.<name>`` for the changes with a key of their
+        own (archer, simko, erc), ``algo.surrogate_changes.<name>`` for the others."""
+        self.surrogate_changes = dict(self.surrogate_changes or {})
+        unknown = [k for k in self.surrogate_changes if k not in changes.CHANGES or hasattr(self, k)]
+        if unknown:
+            others = [k for k in changes.CHANGES if not hasattr(self, k)]
+            raise ValueError(f"algo.surrogate_changes {unknown}: not a registered surrogate change without a key of "
+                             f"its own (set algo.<name> for those); it takes {others}")
+        for name, change in changes.CHANGES.items():
+            if hasattr(self, name):
+                setattr(self, name, change.parse(getattr(self, name)))
+            elif name in self.surrogate_changes:
+                self.surrogate_changes[name] = change.parse(self.surrogate_changes[name])
 
     def _check_choices(self) -> None:
         for name, value, allowed in (
@@ -169,15 +185,15 @@ class AlgoConfig:
                 "algo.dual_clip applies to the per-token PPO ratio; it has no meaning with "
                 f"algo.loss={self.loss} / algo.selection={self.selection}"
             )
-        per_token = [k for k in ("archer", "simko") if getattr(self, k) is not None]
+        per_token = [change.name for change, _ in changes.active(self) if change.needs_ppo_clip]
         if per_token and no_clip:
             raise ValueError(f"algo.{per_token[0]} changes the per-token PPO surrogate; it has no meaning with "
                              f"algo.loss={self.loss} / algo.selection={self.selection}")
         if self.loss == "gppo" and replaces_ppo:
             raise ValueError(f"algo.loss=gppo changes the PPO clip; algo.selection={self.selection} replaces it")
-        if self.archer is not None and self.archer.kl_high > 0 and not self.kl_coef > 0:
-            raise ValueError("algo.archer.kl_high > 0 needs algo.kl_coef > 0 (the KL term and its reference "
-                             "model are on only then; kl_coef is the low-entropy tokens' weight)")
+        for change, args in changes.active(self):
+            if change.check is not None:
+                change.check(args, self)
         if self.loss_agg == "seq-mean-token-sum-norm" and not (self.loss_norm_constant or 0) > 0:
             raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs algo.loss_norm_constant > 0")
 

@@ -1,9 +1,9 @@
 """PolicyModule: owns the policy and the policy-gradient loss; wires the pure functions together.
 
-One Lightning epoch is one RL iteration. The rollout DataModule hands over a :class:`RolloutBatch`
-after calling :meth:`PolicyModule.prepare_rollout` (advantages, pre-update pass); each training step is
-one optimizer step on a minibatch, accumulated over micro-batches with the minibatch's global token
-count as the normaliser (manual optimisation, so no hidden division by the accumulation count).
+One Lightning epoch is one RL iteration (:mod:`lit_entropy.iteration` reads it top to bottom): the module does its
+step 3, the pre-update pass (:meth:`PolicyModule.pre_update_pass`), and the update. Each training step is one
+optimizer step on a minibatch, accumulated over micro-batches with the minibatch's global token count as the
+normaliser (manual optimisation, so no hidden division by the accumulation count), then clipped and stepped.
 
 Knobs the loss reads every step, and which entropy controllers may change: ``eps_low``, ``eps_high``,
 ``gppo_beta_low``, ``gppo_beta_high``, ``entropy_coef``, ``kl_coef``, ``pic_alpha``.
@@ -30,12 +30,12 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy import advantages as adv
-from lit_entropy import token_shaping
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
+from lit_entropy.iteration import rollout_of
 from lit_entropy.log_steps import ITERATION, iteration_step
+from lit_entropy.objectives import changes as surrogate_changes
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.objectives.registry import (
@@ -44,12 +44,11 @@ from lit_entropy.objectives.registry import (
     needs_entropy_grad,
     needs_scores,
 )
-from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects
+from lit_entropy.objectives.rollout_correction import CorrectionConfig
 from lit_entropy.policy import passes
 from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.strategies import fully_shard_policy
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
-from lit_entropy.rollout.filters import apply_filters
 from lit_entropy.utils import dist
 
 
@@ -99,7 +98,7 @@ class PolicyModule(pl.LightningModule):
         self.uniform_entropy_tol = uniform_entropy_tol
         self.max_logp_mismatch_mean = max_logp_mismatch_mean
         self.share_prompts = share_prompts
-        self.topk_mass = self.algo.simko.k if self.algo.simko is not None else topk_mass
+        self.topk_mass = surrogate_changes.topk(self.algo) or topk_mass  # SimKO's K when SimKO is on
         self.top_p, self.top_k = top_p, top_k
         self.correction = correction or CorrectionConfig()
         self.automatic_optimization = False
@@ -108,7 +107,6 @@ class PolicyModule(pl.LightningModule):
         for name, value in initial_knobs(self.algo).items():
             setattr(self, name, value)
         self.want_scores = False  # set by diagnostics callbacks: the pre-update pass also computes S, N
-        self.rollout: RolloutBatch | None = None
         self.selection_generator = torch.Generator().manual_seed(0)
         # Frozen reference for the KL term, loaded only when it is used; kept out of the module's
         # submodules so it is neither optimised nor checkpointed (it is the initial policy).
@@ -155,9 +153,10 @@ class PolicyModule(pl.LightningModule):
         return trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext()
 
     @torch.no_grad()
-    def prepare_rollout(self, batch: RolloutBatch) -> None:
-        """The pre-update pass (old log-probs, entropy, scores, reference) and the advantages."""
-        t0 = time.perf_counter()
+    def pre_update_pass(self, batch: RolloutBatch) -> None:
+        """Step 3 of the iteration (:mod:`lit_entropy.iteration`): one no-grad pass over the batch for the old
+        log-probs and the entropy, and, when asked for, the discriminator scores, the top-K mass, the untruncated
+        entropy and the reference's log-probs."""
         scores = self.want_scores or needs_scores(self.algo)
         rows = self.row_passes(batch.tensor_fields())
         full = rows.fwd.replays  # truncated sampling: also the untruncated entropy, as rollout/entropy_full
@@ -169,78 +168,13 @@ class PolicyModule(pl.LightningModule):
         if out.topk_logp is not None:
             top1, topk = topk_mass(out.topk_logp, batch.response_mask)
             batch.metrics.update({"diag/top1_mass": top1, "diag/topk_mass": topk})
+        if full:
+            batch.metrics["rollout/entropy_full"] = float(masked_mean(out.full_entropy, batch.response_mask))
         if self.ref_model is not None:  # the reference pass needs log-probs only
             batch.ref_logp = self._no_grad_pass(rows, model=self.ref_model, with_entropy=False).logp
         elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
             with self.model.disable_adapter():
                 batch.ref_logp = self._no_grad_pass(rows, with_entropy=False).logp
-        resp = batch.response_mask
-        finite = torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()
-        if not finite:
-            raise FloatingPointError("non-finite log-prob or entropy in the pre-update pass")
-        rewards = batch.rewards
-        if self.algo.reward_transform == "unlikeliness":
-            seq_logp = torch.where(resp, batch.old_logp, 0.0).sum(-1) / resp.sum(-1).clamp(min=1)
-            rewards = adv.unlikeliness_rewards(rewards, seq_logp, batch.group_size, beta_rank=self.algo.beta_rank)
-        batch.advantages = adv.compute_advantages(self.algo.advantage, rewards, batch.group_size,
-                                                  **self.algo.advantage_args)
-        batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()
-        if self.algo.token_shaping is not None:  # per-token rules on the pre-update entropy
-            batch.advantages, batch.token_advantages = token_shaping.shape(
-                self.algo.token_shaping, batch.advantages, rewards, batch.entropy, resp, batch.group_size,
-                **self.algo.token_shaping_args)
-        mismatch = (batch.sampler_logp - batch.old_logp).abs()[resp]
-        batch.metrics.update(
-            {
-                "rollout/entropy": float(masked_mean(batch.entropy, resp)),
-                "diag/zero_adv_frac": float((batch.advantages == 0).float().mean()),  # QAE's sparsity
-                "diag/logp_mismatch_mean": float(mismatch.mean()) if mismatch.numel() else 0.0,
-                "diag/logp_mismatch_max": float(mismatch.max()) if mismatch.numel() else 0.0,
-                "time/prepare": time.perf_counter() - t0,
-            }
-        )
-        if full:
-            batch.metrics["rollout/entropy_full"] = float(masked_mean(out.full_entropy, resp))
-        self._correct(batch)
-        self._check_divergence(batch.metrics, stale=batch.version is not None)
-
-    def _correct(self, batch: RolloutBatch) -> None:
-        """The mismatch correction's weights and kept tokens, bypass, the overlong filter, ``rollout_corr/*``."""
-        cor = correct_rollout(self.correction, batch.old_logp, batch.sampler_logp, batch.response_mask,
-                              batch.advantages)
-        batch.is_weight, batch.loss_mask = cor.weight, cor.keep
-        batch.metrics.update(cor.metrics)
-        if self.correction.bypass:  # the PPO ratio becomes pi_theta / pi_sampler
-            batch.old_logp = torch.where(batch.response_mask, batch.sampler_logp, batch.old_logp)
-        if self.batch_cfg.mask_truncated_completions and batch.truncated is not None:
-            keep = batch.response_mask if batch.loss_mask is None else batch.loss_mask
-            batch.loss_mask = keep & ~batch.truncated[:, None]
-            batch.metrics["rollout/masked_truncated"] = float(batch.truncated.sum())
-        batch.metrics.update(apply_filters(batch, self.batch_cfg, self.model))  # rollout/filtered_*, when on
-
-    def _check_divergence(self, metrics: dict[str, float], stale: bool = False) -> None:
-        """Stop with the cause named when the run has diverged without producing a NaN; ``stale``: the rows were
-        sampled by an older policy on purpose (``rollout.max_staleness``), which names another cause."""
-        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
-        entropy = metrics["rollout/entropy"]
-        if self.uniform_entropy_tol is not None and vocab and entropy >= math.log(vocab) - self.uniform_entropy_tol:
-            raise RuntimeError(
-                f"the policy has collapsed to uniform: rollout/entropy={entropy:.4f} = log(vocabulary {vocab}) "
-                f"= {math.log(vocab):.4f}; the learning rate is likely far too large (optim.lr). "
-                "module.uniform_entropy_tol=null turns this check off")
-        mismatch = metrics["diag/logp_mismatch_mean"]
-        if self.max_logp_mismatch_mean is not None and mismatch > self.max_logp_mismatch_mean:
-            if not stale:
-                cause = ("the rollout engine is not sampling from the trained weights (a failed weight sync, a dtype "
-                         "or temperature mismatch)")
-            elif corrects(self.correction):
-                cause = ("the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has "
-                         "moved away from it: lower rollout.max_staleness or use correction=mis (docs/overlap.md)")
-            else:
-                cause = ("the rows were sampled by an older policy (rollout.max_staleness >= 1) and the policy has "
-                         "moved away from it: an off-policy correction (correction=mis) keeps the lag in check")
-            raise RuntimeError(f"sampler and trainer disagree: diag/logp_mismatch_mean={mismatch:.3f} nats > "
-                               f"module.max_logp_mismatch_mean={self.max_logp_mismatch_mean}; {cause}")
 
     # ---- update ----------------------------------------------------------------------------------
     def knobs(self) -> Knobs:
@@ -261,7 +195,7 @@ class PolicyModule(pl.LightningModule):
         loss_total = torch.zeros((), device=self.device)
         world = dist.world_size()
         t0 = time.perf_counter()
-        topk = self.algo.simko.k if self.algo.simko is not None else 0  # SimKO reads the top-K candidates
+        topk = surrogate_changes.topk(self.algo)  # SimKO reads the top-K candidates
         entropy_grad = needs_entropy_grad(knobs)  # an active loss term back-propagates through the entropy
         for mb in rows.micro_batches(topk):  # this rank's share; padding ones keep the collectives in step
             ent = mb.ent if entropy_grad else mb.ent.detach()
@@ -289,7 +223,7 @@ class PolicyModule(pl.LightningModule):
         if dist.world_size() == 1:
             return sums, loss_total
         keys = ["pg_loss", "entropy", "entropy_ratio", "clip_low", "clip_high", "ratio", "tokens"]
-        keys += (["kl"] if with_kl else []) + (["erc_clipped"] if self.algo.erc is not None else [])
+        keys += (["kl"] if with_kl else []) + [c.stat for c, _ in surrogate_changes.active(self.algo) if c.metric]
         local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
         sums = dist.all_reduce_sum({**local, "loss": loss_total}, device=self.device)
         return sums, sums.pop("loss")
@@ -312,8 +246,9 @@ class PolicyModule(pl.LightningModule):
             metrics["train/kl_ref"] = sums["kl"] / denom
         if "entropy_ratio" in sums:
             metrics["train/entropy_ratio"] = sums["entropy_ratio"] / denom
-        if "erc_clipped" in sums:
-            metrics["train/erc_clipfrac"] = sums["erc_clipped"] / denom
+        for change, _ in surrogate_changes.active(self.algo):  # ERC's train/erc_clipfrac
+            if change.metric is not None and change.stat in sums:
+                metrics[f"train/{change.metric}"] = sums[change.stat] / denom
         if masked_frac is not None:
             metrics[f"train/masked_frac_{self.algo.selection}"] = torch.tensor(masked_frac)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)
@@ -325,8 +260,12 @@ class PolicyModule(pl.LightningModule):
         scaler = getattr(self._trainer.precision_plugin, "scaler", None) if self._trainer is not None else None
         return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
 
-    def _clip_and_step(self, opt, sched) -> torch.Tensor:
-        opt.step()  # runs on_before_optimizer_step (norm, clipping) after any fp16 unscaling
+    def _clip_and_step(self, opt: Any, sched: Any) -> torch.Tensor:
+        """Clip, then step the optimizer and the scheduler; the gradient norm before clipping. Lightning's
+        ``opt.step()`` unscales fp16 gradients, then calls :meth:`on_before_optimizer_step`, which measures and clips
+        them, then runs the optimizer: the clip lives in that hook because the unscaling comes first (a clip here,
+        before ``opt.step()``, would see fp16's scaled gradients, and unscaling twice is an error)."""
+        opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
         return self._grad_norm
@@ -375,15 +314,17 @@ class PolicyModule(pl.LightningModule):
             self.ref_model.to(self.device)
 
     def on_train_epoch_start(self) -> None:
+        """Log the iteration's rollout metrics, from the loader Lightning holds for this epoch."""
         self._update_started = time.perf_counter()
-        if self.rollout is None:
+        rollout = rollout_of(self._trainer)
+        if rollout is None:
             return
-        metrics = {k: float(v) for k, v in self.rollout.metrics.items()}
+        metrics = {k: float(v) for k, v in rollout.metrics.items()}
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
             raise FloatingPointError(f"non-finite rollout metrics: {bad}")
         self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
-        self._log_text_samples(self.rollout)
+        self._log_text_samples(rollout)
 
     def on_train_epoch_end(self) -> None:
         times = {

@@ -1,7 +1,7 @@
 """Benchmarks: ``python scripts/bench.py [--quick] [--only generate,entropy]``.
 
 ``python scripts/bench.py --vs trl [--quick] [--settings hf,vllm] [--pairs N] [--iters N]`` instead runs
-the side-by-side benchmark against TRL's ``GRPOTrainer`` (``lit_entropy.bench.vs_trl``; needs the
+the side-by-side benchmark against TRL's ``GRPOTrainer`` (``benchmarks.vs_trl``; needs the
 ``bench`` extra; ``--vs trl --help`` lists its options).
 
 * ``generate``: the lab policy sampling Countdown completions with vLLM and with HF ``generate``, at a
@@ -12,7 +12,7 @@ the side-by-side benchmark against TRL's ``GRPOTrainer`` (``lit_entropy.bench.vs
 
 Every time is the median over ``--repeats`` runs after one warm-up. Writes ``OUT/bench.json`` (machine,
 settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed); ``--vs trl`` writes
-``OUT/vs_trl.json`` and ``OUT/vs_trl.md``. The code: ``lit_entropy/bench/``.
+``OUT/vs_trl.json`` and ``OUT/vs_trl.md``. The code: ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the checkout this script sits in, before any installed copy
     sys.path.insert(0, str(ROOT))
 
-from lit_entropy.bench import components, vs_trl  # noqa: E402
+from benchmarks import components, vs_trl  # noqa: E402
 
 
 def main_vs_trl(argv: list[str]) -> None:

@@ -10,7 +10,7 @@ resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
 final entropy, last-5 accuracy, held-out pass@1 and pass@8, band error and seconds per iteration) and
 ``<out>/study.png`` (entropy and accuracy curves; ``--report NAME`` names them NAME.md, NAME.png). ``--summarise-only`` skips running.
 ``--export-records FILE`` keeps the finished runs in one small file and ``--import-records FILE`` writes them
-back (lit_entropy/analysis/records.py), so a study's numbers outlive its ``logs/`` folder.
+back (studies/records.py), so a study's numbers outlive its ``logs/`` folder.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the checkout this script sits in, before any installed copy
     sys.path.insert(0, str(ROOT))
 
-from lit_entropy.analysis.method_study import (  # noqa: E402
+from studies.method_study import (  # noqa: E402
     COLUMNS,
     DEFAULT_COLUMNS,
     StudyPlan,
     lane_cores,
     parse_cells,
-    plot,
     run_study,
     summarise,
 )
+from studies.study_plot import plot  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                          "keeping runs already there; without --phase, only that")
     ap.add_argument("--export-records", type=Path, default=None, metavar="FILE",
                     help="last write every finished run under the out folder to FILE (gzipped JSON, ~8 kB a "
-                         "run: lit_entropy/analysis/records.py); without --phase, only that")
+                         "run: studies/records.py); without --phase, only that")
     args = ap.parse_args(argv)
     if args.protocol is not None:
         return run_protocol(args, overrides, ap)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                      overrides=overrides,
                      variants={name: rest.split() for name, _, rest in (v.partition(":") for v in args.variant)},
                      cells=cells)
-    from lit_entropy.analysis.records import export_records, import_records
+    from studies.records import export_records, import_records
 
     if args.import_records is not None:
         print("imported {} runs ({} already there, kept)".format(*import_records(args.import_records, args.out)))
@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.ArgumentParser) -> int:
     """``--protocol``: dry-run, check or run one phase (see the module docstring)."""
-    from lit_entropy.analysis.protocol import load_protocol
-    from lit_entropy.analysis.protocol_phases import run_phase
-    from lit_entropy.analysis.protocol_preview import check_points, dry_run, phase_points
-    from lit_entropy.analysis.records import export_records, import_records
+    from studies.protocol import load_protocol
+    from studies.protocol_phases import run_phase
+    from studies.protocol_preview import check_points, dry_run, phase_points
+    from studies.records import export_records, import_records
 
     records_only = args.import_records is not None or args.export_records is not None
     if args.phase is None and not records_only:

@@ -5,7 +5,7 @@
 Reads the TensorBoard events of every run under the directory (a Hydra multirun folder, or several
 run folders) and prints a Markdown table: the controller, the mean |rollout/entropy − target| over
 the second half of the iterations, the final entropy, the final and last-5 mean rollout/accuracy and the
-controller's dose (lit_entropy/analysis/dose.py; "not tested at this dose" under its threshold).
+controller's dose (studies/dose.py; "not tested at this dose" under its threshold).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # the checkout this script sits in, before any in
     sys.path.insert(0, str(ROOT))
 
 from lit_entropy.analysis.runs import find_runs  # noqa: E402
-from lit_entropy.analysis.study import study_table  # noqa: E402
+from studies.study import study_table  # noqa: E402
 
 
 def main() -> None:

@@ -120,7 +120,7 @@ def build_target(spec: Any) -> str | Schedule | BandSchedule:
 @dataclass(frozen=True)
 class Dose:
     """How much a method's lever acted over a run, for the studies' *not tested at this dose* rule: a run-summary
-    key of :func:`lit_entropy.analysis.dose.dose_metrics` (read from the ``control/*`` or ``train/*`` tags the
+    key of :func:`studies.dose.dose_metrics` (read from the ``control/*`` or ``train/*`` tags the
     method logs), what it measures, and the level under which the method counts as not tested."""
 
     key: str

@@ -19,6 +19,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 
+from lit_entropy.iteration import rollout_of
+
 CURVES = ("rollout/entropy", "rollout/accuracy", "rollout/reward_mean", "rollout/response_len_mean")
 PHASES = ("time/generate", "time/score", "time/sync", "time/forward", "time/forward_backward")
 KNOBS = {"control/eps_high": "eps_high", "control/repo_lambda": "lambda", "control/entropy_coef": "coef",
@@ -85,7 +87,7 @@ class IterationProgress(ProgressBar):
         now = time.perf_counter()
         seconds = None if self._last_end is None else now - self._last_end
         self._last_end = now
-        rollout = getattr(pl_module, "rollout", None)
+        rollout = rollout_of(trainer)  # this iteration's batch, from the epoch's loader
         metrics = {k: float(v) for k, v in (rollout.metrics if rollout is not None else {}).items()}
         metrics["time/forward"] = float(getattr(pl_module, "time_forward", 0.0))
         metrics["time/forward_backward"] = float(getattr(pl_module, "time_forward_backward", 0.0))

@@ -1,10 +1,10 @@
-"""RolloutDataModule: every epoch runs one RL iteration up to the update (docs/design.md §3).
+"""RolloutDataModule: the data of every iteration: prompts, sampling and scoring, minibatches (docs/design.md §3).
 
-``train_dataloader()`` is called once per epoch (``reload_dataloaders_every_n_epochs=1``) and reads as the
-algorithm: sync the engine to the trainer's weights, sample and score G completions per prompt
-(:class:`~lit_entropy.rollout.sampler.Sampler`), let the module run the pre-update pass and the advantages,
-let every callback with an ``on_rollout_batch(trainer, pl_module, batch)`` hook (the entropy controllers)
-reshape the batch, and serve the kept rows as minibatches (one optimizer step each).
+``train_dataloader()`` is called once per epoch (``reload_dataloaders_every_n_epochs=1``) and runs one RL iteration
+up to the update, :func:`lit_entropy.iteration.run`, which reads as the algorithm; this module holds the steps
+that are the data's: drawing prompts, sampling and scoring G completions per prompt through the
+:class:`~lit_entropy.rollout.sampler.Sampler` (also ahead of time, with ``rollout.max_staleness``), and cutting
+the kept rows into minibatches.
 
 On W ranks (``trainer=ddp`` / ``trainer=fsdp``) each rank samples and scores a contiguous block of whole
 groups, seeded by global prompt index, and the groups are all-gathered in rank order: every rank then
@@ -20,7 +20,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
 import torch
@@ -29,27 +29,17 @@ from torch.utils.data import DataLoader
 
 from lit_entropy import advantages as adv
 from lit_entropy.checkpointing import preserved_rng
+from lit_entropy.iteration import TrainablePolicy, UpdateData, call_rollout_hooks
+from lit_entropy.iteration import run as iteration_run
 from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rollout.base import Generation
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
-from lit_entropy.rollout.overlap import Producer, staleness_metrics
+from lit_entropy.rollout.overlap import Producer
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.tasks.prompts import Prompt, PromptSource
 from lit_entropy.utils import dist
 
 log = logging.getLogger(__name__)
-
-
-class TrainablePolicy(Protocol):
-    """What the DataModule needs of the LightningModule (:class:`~lit_entropy.module.PolicyModule`)."""
-
-    model: torch.nn.Module
-    tokenizer: Any
-    policy_path: str
-    rollout: RolloutBatch | None
-
-    def prepare_rollout(self, batch: RolloutBatch) -> None:
-        """The pre-update pass (old log-probs, entropy) and the advantages, written into ``batch``."""
 
 
 class Group(NamedTuple):
@@ -93,42 +83,16 @@ class RolloutDataModule(pl.LightningDataModule):
 
     # ---- one iteration ---------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
-        """One RL iteration up to the update, in the order of the algorithm."""
+        """One RL iteration up to the update (:func:`lit_entropy.iteration.run`), its minibatches as the loader."""
         trainer = self.trainer
-        policy: TrainablePolicy = trainer.lightning_module
-        iteration = trainer.current_epoch
-        if self.producer is not None:
-            return self.overlapped_iteration(trainer, policy, iteration)
-        call_hooks(trainer, "on_rollout_start")  # the iteration boundary: checkpoints are written here
-        self.start(policy)
-        metrics = {"time/generate": 0.0, "time/score": 0.0}
-        t0 = time.perf_counter()
-        self.sampler.sync(policy.model, iteration)  # 1. the engine samples from the weights being trained
-        metrics["time/sync"] = time.perf_counter() - t0
-        batch = self.sample_batch(policy.tokenizer, iteration, metrics)  # 2. G scored completions per prompt
-        return self.update_loader(trainer, policy, batch, metrics, iteration)  # 3.-5.
+        return iteration_run(self, trainer, trainer.lightning_module, trainer.current_epoch)
 
-    def update_loader(self, trainer: pl.Trainer, policy: TrainablePolicy, batch: RolloutBatch,
-                      metrics: dict[str, float], iteration: int, dropped: int = 0) -> DataLoader:
-        """The iteration's tail, synchronous or overlapped, once ``batch`` is sampled: the pre-update pass, the
-        rollout hooks, the minibatches. ``dropped``: rows over the staleness bound (policy ``drop``), which leave
-        the update after the hooks."""
-        policy.prepare_rollout(batch)  # 3. pre-update pass (old log-probs, entropy) and advantages
-        batch.metrics = {**metrics, **batch.metrics}
-        t0 = time.perf_counter()
-        call_hooks(trainer, "on_rollout_batch", batch)  # 4. controllers read rollout/entropy and act
-        if dropped:
-            batch.keep = torch.zeros_like(batch.keep)
-        batch.metrics.update(staleness_metrics(batch, iteration))  # none on the synchronous path
-        batch.metrics["control/kept_frac"] = float(batch.keep.float().mean())
-        batch.metrics["time/prepare"] = batch.metrics.get("time/prepare", 0.0) + time.perf_counter() - t0
-        policy.rollout = batch
-        return self.minibatch_loader(batch, iteration)  # 5. one optimizer step per minibatch
-
-    def overlapped_iteration(self, trainer: pl.Trainer, policy: TrainablePolicy, iteration: int) -> DataLoader:
-        """``train_dataloader`` with ``rollout.max_staleness = k >= 1`` (:mod:`lit_entropy.rollout.overlap`): batch
-        ``iteration`` was sampled by weight version ``max(0, iteration - k)``, mostly during the previous update,
-        and batch ``iteration + k`` is launched from the current weights before this update."""
+    def overlapped_batch(self, trainer: pl.Trainer, policy: TrainablePolicy, iteration: int
+                         ) -> tuple[RolloutBatch, dict[str, float], int]:
+        """Steps 0-2 of the iteration with ``rollout.max_staleness = k >= 1`` (:mod:`lit_entropy.rollout.overlap`):
+        batch ``iteration`` was sampled by weight version ``max(0, iteration - k)``, mostly during the previous
+        update, and batch ``iteration + k`` is launched from the current weights before this update. Returns the
+        batch, its metrics and how many of its rows are over the staleness bound (policy ``drop``)."""
         producer, tok = self.producer, policy.tokenizer
 
         def finish(j: int, pre: tuple) -> tuple[RolloutBatch, dict[str, float]]:
@@ -138,7 +102,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self._finish = finish
 
         waited = producer.drain(finish)  # batches in flight land in the boundary's checkpoint
-        call_hooks(trainer, "on_rollout_start")
+        call_rollout_hooks(trainer, "on_rollout_start")
         self.start(policy)
         t0 = time.perf_counter()
         self.sampler.sync(policy.model, iteration)  # version `iteration`; no generation is in flight
@@ -157,7 +121,7 @@ class RolloutDataModule(pl.LightningDataModule):
             taken = producer.take(iteration)
         batch, metrics, dropped = taken
         metrics.update({"time/sync": t_sync, "time/wait_rollout": waited, "rollout/stale_dropped_rows": float(dropped)})
-        return self.update_loader(trainer, policy, batch, metrics, iteration, dropped)
+        return batch, metrics, dropped
 
     def generation_job(self, tok: Any, iteration: int) -> Any:
         """The engine's part of batch ``iteration``'s first sampling round (this rank's prompts, sampled and scored),
@@ -192,7 +156,8 @@ class RolloutDataModule(pl.LightningDataModule):
             minibatches = [batch.select(torch.arange(0))]  # one empty step keeps Lightning's epoch going
         # generator=: each iterator draws a seed, and Lightning makes more iterators in a fresh process's later
         # epochs than in a resumed one's first; from the global RNG that would break exact resume.
-        return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x, generator=gen)
+        return DataLoader(UpdateData(batch, minibatches), batch_size=None, shuffle=False, collate_fn=lambda x: x,
+                          generator=gen)
 
     def sample_batch(self, tok: Any, iteration: int, metrics: dict[str, float], first: tuple | None = None
                      ) -> RolloutBatch:
@@ -314,14 +279,6 @@ class RolloutDataModule(pl.LightningDataModule):
             self.producer.close()
         if self.sampler is not None:
             self.sampler.close()
-
-
-def call_hooks(trainer: pl.Trainer, name: str, *args: Any) -> None:
-    """Call ``name(trainer, module, *args)`` on every callback that defines it (the rollout hooks)."""
-    for cb in trainer.callbacks:
-        hook = getattr(cb, name, None)
-        if callable(hook):
-            hook(trainer, trainer.lightning_module, *args)
 
 
 def build_batch(

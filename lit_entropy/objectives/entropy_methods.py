@@ -6,8 +6,9 @@
 * :func:`simko_inputs`: SimKO's top-K mixing and top-1 penalty, as a modified (log-prob, advantage) pair
   that any PPO-style surrogate then clips (``algo.simko``).
 
-Archer's dual constraints are assembled in :mod:`lit_entropy.objectives.objective` from
-:func:`high_entropy_tokens`, two clip ranges and a per-token KL weight (``algo.archer``).
+Archer's, SimKO's and ERC's registrations as surrogate changes (where the objective applies each) are in
+:mod:`lit_entropy.objectives.changes`; Archer's dual constraints are :func:`high_entropy_tokens`, two clip ranges
+and a per-token KL weight (``algo.archer``).
 Per-token tensors are [B, L]; everything is fp32.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -65,16 +65,6 @@ class SimkoArgs:
     def __post_init__(self) -> None:
         if not (self.k >= 1 and 0 <= self.alpha <= 1 and self.lam >= 1 and 0 < self.quantile < 1):
             raise ValueError(f"algo.simko: need k >= 1, 0 <= alpha <= 1, lam >= 1, 0 < quantile < 1; got {self}")
-
-
-def parse_args(cls: type, value: Any, key: str) -> Any:
-    """``value`` (None, a mapping from the YAML, or already ``cls``) as ``cls``; unknown keys name ``algo.<key>``."""
-    if value is None or isinstance(value, cls):
-        return value
-    try:
-        return cls(**dict(value))
-    except TypeError as err:
-        raise ValueError(f"algo.{key}={dict(value)}: {err}; it takes {list(cls.__dataclass_fields__)}") from None
 
 
 # ------------------------------------------------------------------------------------------------- helpers

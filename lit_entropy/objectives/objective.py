@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_entropy.objectives import changes, registry
 from lit_entropy.objectives import entropy_methods as em
-from lit_entropy.objectives import registry
 from lit_entropy.objectives import selection as rules
 from lit_entropy.objectives import trust_region as tr
 from lit_entropy.objectives.policy_loss import (
@@ -123,13 +123,9 @@ def select_tokens(
         setattr(sel, rule.effect, chosen)
         sel.frac = float(1.0 - frac if rule.reports_kept else frac)  # report the fraction removed
     sel.num_tokens, sel.num_seqs = global_counts(sel.loss_mask)
-    if algo.simko is not None:  # per-response entropy split
-        sel.prepared["simko_high"] = em.high_entropy_tokens(mb["entropy"], mask, algo.simko.quantile)
-    if algo.archer is not None:  # the quantile over every response token (the authors' script), as Archer splits
-        high = em.high_entropy_tokens(mb["entropy"], mb["response_mask"], algo.archer.quantile)
-        sel.prepared["archer_high"] = high
-        sel.prepared["archer_n_high"], _ = global_counts(sel.loss_mask & high)  # each group's KL is its own mean
-        sel.prepared["archer_n_low"], _ = global_counts(sel.loss_mask & ~high)
+    for change, args in changes.active(algo):  # Archer's and SimKO's entropy splits
+        if change.prepare is not None:
+            sel.prepared.update(change.prepare(args, mb, mask, sel.loss_mask))
     for term in registry.active_terms(knobs):
         if term.prepare is not None:
             sel.prepared.update(term.prepare(mb, sel.loss_mask))
@@ -175,12 +171,11 @@ def micro_batch_loss(
     multiplied by π_θ/π_old (TRL ``use_bias_correction_kl``)."""
     mask = sel.loss_mask
     adv, old = mb["token_advantages"], mb["old_logp"]
+    active = changes.active(algo)
     logp_pg = logp  # what the surrogate sees: SimKO mixes the top-K candidates into it
-    if algo.simko is not None:
-        if topk is None:
-            raise ValueError("algo.simko needs the top-K log-probs of the update's forward (topk)")
-        logp_pg, adv = em.simko_inputs(logp, old, adv, *topk, sel.prepared["simko_high"], algo.simko.alpha,
-                                       algo.simko.lam)
+    for change, args in active:
+        if change.inputs is not None:
+            logp_pg, adv = change.inputs(args, logp_pg, old, adv, topk, sel.prepared)
     counts = {"num_tokens": sel.num_tokens, "num_seqs": sel.num_seqs, "norm_constant": algo.loss_norm_constant}
     if algo.loss == "gspo":
         loss_tok, info = gspo_surrogate(logp, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
@@ -190,17 +185,14 @@ def micro_batch_loss(
         info = {"clipped_low": none, "clipped_high": none}
     else:
         loss_tok, info = _clipped(algo, knobs, logp_pg, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
-        if algo.archer is not None:  # the high-entropy tokens are clipped at their own, looser range
-            high = sel.prepared["archer_high"]
-            loss_hi, info_hi = _clipped(algo, knobs, logp_pg, old, adv, mask, algo.archer.eps, algo.archer.eps)
-            loss_tok = torch.where(high, loss_hi, loss_tok)
-            info = {k: torch.where(high, info_hi[k], v) for k, v in info.items()}
-    erc_kept = None
-    if algo.erc is not None:  # ERC: tokens whose entropy moved too far from the old policy's lose their gradient
-        if entropy is None:
-            raise ValueError("algo.erc needs the current policy's entropy (entropy)")
-        erc_kept, _ = em.erc_keep(entropy, mb["entropy"], algo.erc.low, algo.erc.high)
-        loss_tok = torch.where(erc_kept, loss_tok, loss_tok.detach())
+        clipped = lambda lp, a, lo, hi: _clipped(algo, knobs, lp, old, a, mask, lo, hi)  # noqa: E731
+        for change, args in active:  # Archer: the high-entropy tokens at their own clip range
+            if change.surrogate is not None:
+                loss_tok, info = change.surrogate(args, loss_tok, info, clipped, logp_pg, adv, sel.prepared)
+    acted: dict[str, Tensor] = {}
+    for change, args in active:  # ERC: tokens whose entropy moved too far lose their gradient
+        if change.gradient is not None:
+            loss_tok, acted[change.stat] = change.gradient(args, loss_tok, entropy, mb)
     if sel.detach is not None:  # Clip-Cov: no gradient, and no value either (train/pg_loss reports the rest)
         loss_tok = torch.where(sel.detach, torch.zeros((), device=loss_tok.device), loss_tok)
     if "row_weight" in mb:  # a rollout hook's reweighting (Entrocraft's per-prompt 1/|S_x|)
@@ -228,8 +220,8 @@ def micro_batch_loss(
             stats["entropy"] = torch.where(mask, entropy.detach(), 0.0).sum()
             if "entropy" in mb:  # train/entropy_ratio: current over pre-update entropy, per token
                 stats["entropy_ratio"] = torch.where(mask, em.entropy_ratio(entropy, mb["entropy"]), 0.0).sum()
-        if erc_kept is not None:
-            stats["erc_clipped"] = (mask & ~erc_kept).sum()
+        for stat, tokens in acted.items():
+            stats[stat] = (mask & tokens).sum()
     if "ref_logp" in mb:  # logged whatever kl_coef is (the KL term computed it with gradient when on)
         stats["kl"] = torch.where(mask, inputs.kl_tokens.detach(), 0.0).sum()
     return loss, stats

@@ -48,7 +48,7 @@ def main(out: Path, common: list[str], configs: dict[str, list[str]]) -> None:
                                                                        str(cfg.model.get("name_or_path"))))
         trainer.fit(module, datamodule=datamodule)
         datamodule.teardown("fit")
-        batch = module.rollout
+        batch = trainer.train_dataloader.dataset.rollout  # the last iteration's
         state = {type(cb).__name__: cb.state_dict() for cb in trainer.callbacks if cb.state_dict()}
         record = {
             "params": full_params(module),

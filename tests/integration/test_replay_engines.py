@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lit_entropy.data.rollout_datamodule import build_batch
+from lit_entropy.iteration import prepare_update
 from lit_entropy.module import PolicyModule
 from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
 from lit_entropy.rollout import SamplingConfig
@@ -39,7 +40,7 @@ def pre_update(policy, gens, sampling: SamplingConfig, replay: bool = True, **mo
     module = PolicyModule(policy, temperature=sampling.temperature, max_logp_mismatch_mean=None, **kw, **module_kw)
     prompts = prompts_for(policy)
     batch = build_batch(prompts, gens, [0.0] * sum(len(g) for g in gens), len(gens[0]), policy.tokenizer.pad_id)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     return batch.metrics
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from lit_entropy.iteration import prepare_update
 from lit_entropy.module import PolicyModule
 from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rollout.batch import RolloutBatch
@@ -27,5 +28,5 @@ def test_pre_update_pass_on_a_sliding_window_model_equals_each_row_alone():
                          response_mask=rows["response_mask"], rewards=torch.linspace(0, 1, len(rows["input_ids"])),
                          group_index=rows["group_index"], group_size=3,
                          sampler_logp=torch.where(rows["response_mask"], reference.cpu(), 0.0))  # an exact sampler
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     assert tp.max_diff(batch.old_logp, reference, rows["response_mask"]) <= 1e-5

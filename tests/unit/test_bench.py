@@ -1,4 +1,4 @@
-"""scripts/bench.py (lit_entropy.bench.components) end to end, entropy benchmark only (no vLLM needed; a few seconds)."""
+"""scripts/bench.py (benchmarks.components) end to end, entropy benchmark only (no vLLM needed; a few seconds)."""
 
 import json
 import math
@@ -47,7 +47,7 @@ def test_quick_entropy_bench_writes_json_and_markdown(tmp_path):
 
 def fake_vs_trl_report(iters: int = 3) -> dict:
     """What ``vs_trl.run`` records, for one pair in the HF setting, without running TRL."""
-    from lit_entropy.bench.report import machine_info
+    from benchmarks.report import machine_info
 
     def run(side: str, scale: float) -> dict:
         phases = {"generate": 1.0 * scale, "score": 0.1, "prepare": 0.4, "prepare_forward": 0.3,
@@ -64,7 +64,7 @@ def fake_vs_trl_report(iters: int = 3) -> dict:
 
 
 def test_vs_trl_summary_and_tables_from_recorded_runs(tmp_path):
-    from lit_entropy.bench import vs_trl
+    from benchmarks import vs_trl
 
     report = vs_trl.resummarize(fake_vs_trl_report(), warmup=1, out=tmp_path)
     summary = report["summary"]["hf"]
@@ -79,8 +79,8 @@ def test_vs_trl_summary_and_tables_from_recorded_runs(tmp_path):
 
 
 def test_trl_config_matches_the_quick_batch_arithmetic():
-    from lit_entropy.bench import vs_trl
-    from lit_entropy.bench.vs_trl_sides import compose, trl_config
+    from benchmarks import vs_trl
+    from benchmarks.vs_trl_sides import compose, trl_config
 
     cfg = compose(vs_trl.overrides_for("hf", 2, quick=True, extra=[]))
     args = trl_config(cfg, "hf", iters=2, output_dir="unused")
@@ -92,8 +92,8 @@ def test_trl_config_matches_the_quick_batch_arithmetic():
 
 def test_the_overlapped_setting_changes_our_side_only():
     """``--settings vllm_overlap`` (issue 29): ours with ``rollout.max_staleness=1``, TRL as in ``vllm``."""
-    from lit_entropy.bench import vs_trl
-    from lit_entropy.bench.vs_trl_sides import compose, trl_config
+    from benchmarks import vs_trl
+    from benchmarks.vs_trl_sides import compose, trl_config
 
     ours = vs_trl.overrides_for("vllm_overlap", 2, quick=True, extra=[])
     assert "rollout=vllm" in ours and "rollout.max_staleness=1" in ours
@@ -106,7 +106,7 @@ def test_the_overlapped_setting_changes_our_side_only():
 def test_overlapped_phases_count_the_trainers_wait_not_the_background_generation():
     """Overlapped, ``time/generate`` ran during the previous update: the iteration's ``generate`` phase is the
     trainer's wait (``time/wait_rollout``), so ``other`` and the overhead budget stay the trainer's own time."""
-    from lit_entropy.bench.vs_trl import side_summary, trainer_phases
+    from benchmarks.vs_trl import side_summary, trainer_phases
 
     sync = {"generate": 1.5, "update": 2.0}
     assert trainer_phases(sync) == sync
@@ -122,7 +122,7 @@ def test_overlapped_phases_count_the_trainers_wait_not_the_background_generation
 def test_limits_follow_the_formulas_on_a_llama_config():
     from types import SimpleNamespace
 
-    from lit_entropy.bench import limits
+    from benchmarks import limits
 
     cfg = SimpleNamespace(hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
                           num_key_value_heads=1, vocab_size=32)
@@ -140,7 +140,7 @@ def test_limits_follow_the_formulas_on_a_llama_config():
 
 def test_engine_settings_report_names_every_setting_and_its_ratio():
     """``--only engine``'s table: one row per setting, the ratio to the first, failures and skips by name."""
-    from lit_entropy.bench import engine_settings
+    from benchmarks import engine_settings
 
     names = list(engine_settings.SETTINGS)
     assert names[0].startswith("bf16 eager") and any("compiled" in n for n in names)

@@ -12,6 +12,7 @@ import torch
 from hydra.utils import instantiate
 
 from lit_entropy.data.rollout_datamodule import build_batch
+from lit_entropy.iteration import prepare_update
 from lit_entropy.module import PolicyModule
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.rollout_correction import CorrectionConfig
@@ -91,7 +92,7 @@ def check_steps(algo: str, correction: str) -> None:
     module = make_module(preset("algo", algo), preset("correction", correction))
     before = [p.detach().clone() for p in module.parameters()]
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     assert all(math.isfinite(v) for k, v in batch.metrics.items() if k.startswith("rollout_corr/"))
     losses = take_steps(module, batch)
     assert losses and all(math.isfinite(v) for v in losses), (algo, correction)
@@ -101,7 +102,7 @@ def check_steps(algo: str, correction: str) -> None:
 def test_default_leaves_the_batch_as_it_was():
     module = make_module(preset("algo", "grpo"), CorrectionConfig())
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     assert batch.is_weight is None and batch.loss_mask is None  # the loss reads exactly what it read before
     assert "rollout_corr/kl" in batch.metrics and "rollout/masked_truncated" not in batch.metrics
 
@@ -109,7 +110,7 @@ def test_default_leaves_the_batch_as_it_was():
 def test_bypass_uses_the_sampler_log_probs_as_old_policy():
     module = make_module(preset("algo", "grpo"), preset("correction", "bypass"))
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     resp = batch.response_mask
     assert torch.equal(batch.old_logp[resp], batch.sampler_logp[resp])
     assert batch.metrics["rollout_corr/kl"] != 0  # the diagnostics still measure the trainer's pass
@@ -119,7 +120,7 @@ def test_bypass_uses_the_sampler_log_probs_as_old_policy():
 def test_truncated_completions_leave_the_loss_and_are_counted():
     module = make_module(preset("algo", "grpo"), CorrectionConfig(), mask_truncated_completions=True)
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     assert batch.truncated.any() and not batch.truncated.all()
     assert not batch.loss_mask[batch.truncated].any()
     assert torch.equal(batch.loss_mask[~batch.truncated], batch.response_mask[~batch.truncated])
@@ -132,7 +133,7 @@ def test_truncated_completions_leave_the_loss_and_are_counted():
 def test_weights_multiply_the_surrogate_and_masked_tokens_leave_the_counts():
     module = make_module(preset("algo", "grpo"), CorrectionConfig())
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     mb = batch.select(torch.arange(batch.batch_size))
     knobs = Knobs(0.2, 0.2)
     logp = mb["old_logp"].clone().requires_grad_(True)
@@ -151,7 +152,7 @@ def test_bias_corrected_kl_changes_the_gradient_not_the_first_value():
 
     module = make_module(AlgoConfig(kl_coef=0.5), CorrectionConfig())
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     mb = batch.select(torch.arange(batch.batch_size))
     mb["ref_logp"] = mb["old_logp"] - 0.3
     knobs = Knobs(0.2, 0.2, kl_coef=0.5)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lit_entropy.data.rollout_datamodule import build_batch
+from lit_entropy.iteration import prepare_update
 from lit_entropy.module import PolicyModule
 from lit_entropy.objectives.rollout_correction import CorrectionConfig
 from lit_entropy.policy.models import TinyArch, build_tiny_qwen2
@@ -36,18 +37,18 @@ def make(zero: bool, logp_offset: float = 0.0, **module_kw):
 def test_uniform_collapse_is_stopped_and_named():
     module, batch, tok = make(zero=True)
     with pytest.raises(RuntimeError, match=r"collapsed to uniform.*optim.lr"):
-        module.prepare_rollout(batch)
+        prepare_update(module, batch)
     assert batch.metrics["rollout/entropy"] == pytest.approx(math.log(tok.vocab_size), abs=1e-5)
     module, batch, _ = make(zero=True, uniform_entropy_tol=None)
-    module.prepare_rollout(batch)  # the check can be turned off
+    prepare_update(module, batch)  # the check can be turned off
 
 
 def test_a_sampler_that_does_not_follow_the_trainer_is_stopped():
     module, batch, _ = make(zero=False, logp_offset=-5.0)
     with pytest.raises(RuntimeError, match="sampler and trainer disagree"):
-        module.prepare_rollout(batch)
+        prepare_update(module, batch)
     module, batch, _ = make(zero=False)
-    module.prepare_rollout(batch)  # a healthy policy passes both checks
+    prepare_update(module, batch)  # a healthy policy passes both checks
     assert batch.metrics["diag/logp_mismatch_mean"] < 1e-5
 
 
@@ -56,9 +57,9 @@ def test_a_stale_sampler_that_diverges_is_named_as_the_lag():
     module, batch, _ = make(zero=False, logp_offset=-5.0)
     batch.version = torch.zeros(batch.batch_size, dtype=torch.long)
     with pytest.raises(RuntimeError, match=r"older policy \(rollout.max_staleness.*an off-policy correction \(correction=mis\)"):
-        module.prepare_rollout(batch)
+        prepare_update(module, batch)
     corrected = CorrectionConfig(name="mis", level="token", mode="mask", threshold=5.0, threshold_low=0.5)
     module, batch, _ = make(zero=False, logp_offset=-5.0, correction=corrected)
     batch.version = torch.zeros(batch.batch_size, dtype=torch.long)
     with pytest.raises(RuntimeError, match=r"older policy.*lower rollout.max_staleness"):
-        module.prepare_rollout(batch)
+        prepare_update(module, batch)

@@ -1,4 +1,4 @@
-"""Each method's dose read back from a run's scalars and config (lit_entropy/analysis/dose.py), and the study
+"""Each method's dose read back from a run's scalars and config (studies/dose.py), and the study
 table's dose column with its *not tested at this dose* mark."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
-from lit_entropy.analysis.dose import (
+from studies.dose import (
     NOT_TESTED,
     dose_cell,
     dose_given,
@@ -19,7 +19,7 @@ from lit_entropy.analysis.dose import (
     method_from_config,
     method_of,
 )
-from lit_entropy.analysis.method_study import StudyPlan, run_dir, run_summary, summarise
+from studies.method_study import StudyPlan, run_dir, run_summary, summarise
 
 
 def test_selection_and_clip_fractions_are_step_means() -> None:
@@ -114,7 +114,7 @@ def test_a_new_controller_brings_its_dose_method_name_and_refusals_as_class_data
             return "two_b" if node.get("mode") == "b" else "two_a"
 
     import lit_entropy.callbacks.base as base
-    from lit_entropy.analysis import dose
+    from studies import dose
 
     registry = base.CONTROLLERS
     assert registry["TwoModes"] is TwoModes

@@ -10,6 +10,7 @@ import torch
 
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.diagnostics.topk import topk_logprobs
+from lit_entropy.iteration import prepare_update
 from lit_entropy.objectives import entropy_methods as em
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import clipped_surrogate
@@ -81,7 +82,7 @@ def test_erc_removes_the_gradient_of_tokens_whose_entropy_ratio_leaves_the_band(
     (grad,) = torch.autograd.grad(loss, logp)
     assert float(loss.detach()) == pytest.approx(-1.0)  # value unchanged: −r·A, token-mean
     assert grad.tolist()[0] == pytest.approx([-0.2, -0.2, 0.0, 0.0, -0.2])  # −A·r/N where kept
-    assert int(stats["erc_clipped"]) == 2
+    assert int(stats["erc_acted"]) == 2
     assert float(stats["entropy_ratio"]) == pytest.approx(5.0, abs=1e-5)  # Σ ρ_t (mean 1)
 
 
@@ -181,7 +182,7 @@ def test_top_k_log_probs_and_their_gradient_match_a_full_softmax():
 
 def test_uniform_policy_has_top1_mass_one_over_v_on_the_dashboard():
     module, batch, tok = make_lab_module(zero=True, uniform_entropy_tol=None)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     assert batch.metrics["diag/top1_mass"] == pytest.approx(1 / tok.vocab_size, rel=1e-5)
     assert batch.metrics["diag/topk_mass"] == pytest.approx(3 / tok.vocab_size, rel=1e-5)
 

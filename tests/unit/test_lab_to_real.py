@@ -1,9 +1,9 @@
-"""The lab's verdicts against the real model's (lit_entropy/analysis/lab_to_real.py)."""
+"""The lab's verdicts against the real model's (studies/lab_to_real.py)."""
 
 from __future__ import annotations
 
-from lit_entropy.analysis.lab_to_real import compare_verdicts, outcome
-from lit_entropy.analysis.verdicts import Claim, Verdict
+from studies.lab_to_real import compare_verdicts, outcome
+from studies.verdicts import Claim, Verdict
 
 
 def v(method: str, metric: str, interval: tuple[float, float] | None, label: str, direction: str = "higher") -> Verdict:
@@ -40,7 +40,7 @@ def test_the_labs_verdicts_rebuilt_from_its_shipped_records_are_the_pages(tmp_pa
     """records_verdicts picks and judges the lab's shipped records again: the labels of docs/results.md's table."""
     from pathlib import Path
 
-    from lit_entropy.analysis.protocol_phases import records_verdicts
+    from studies.protocol_phases import records_verdicts
 
     root = Path(__file__).resolve().parents[2]
     got = records_verdicts(root / "conf" / "protocol" / "collapse.yaml",
@@ -57,8 +57,8 @@ def test_the_real_lm_protocols_report_sets_the_labs_verdicts_beside_its_own():
     with the real verdict on the held-out metric of the same meaning."""
     from pathlib import Path
 
-    from lit_entropy.analysis.protocol import load_protocol
-    from lit_entropy.analysis.protocol_phases import lab_table
+    from studies.protocol import load_protocol
+    from studies.protocol_phases import lab_table
 
     protocol = load_protocol(Path(__file__).resolve().parents[2] / "conf" / "protocol" / "real_lm.yaml")
     assert protocol.lab == {"protocol": "conf/protocol/collapse.yaml", "records": "docs/data/collapse_protocol.json.gz"}

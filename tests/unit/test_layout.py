@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles between its modules, no module over MAX_LINES lines.
+"""The package's shape: no import cycles between its modules; the studies and the benchmarks outside the wheel,
+reading the package through its public surface.
 
 An import inside a function (a lazy import) runs later but still makes its module depend on the target: one
 that would close a cycle between parts of the package is rejected too (it only hides the cycle).
@@ -15,8 +16,17 @@ from pathlib import Path
 from tests.helpers import ROOT
 
 PACKAGE = "lit_entropy"
-SOURCES = {PACKAGE: ROOT / "lit_entropy"}
-MAX_LINES = 420
+SOURCES = {PACKAGE: ROOT / "lit_entropy", "studies": ROOT / "studies", "benchmarks": ROOT / "benchmarks"}
+STUDIES_MAY_IMPORT = {
+    "lit_entropy.analysis.runs",  # finished runs' TensorBoard scalars
+    "lit_entropy.callbacks",  # CONTROLLERS and their Dose
+    "lit_entropy.config_path",
+    "lit_entropy.diagnostics.entropy_law",
+    "lit_entropy.log_steps",
+    "lit_entropy.objectives.registry",  # SELECTION_RULES
+    "lit_entropy.train",  # instantiate_callbacks, for a protocol's preview
+}
+"""What ``studies/`` may import of the package (docs/design.md §4): the rest is training internals."""
 
 
 def package_modules() -> dict[str, Path]:
@@ -153,7 +163,7 @@ def describe(found: list[list[str]]) -> str:
 
 def test_the_graph_sees_real_imports():
     graph = import_graph()
-    assert "lit_entropy.callbacks.base" in graph and "lit_entropy.bench.report" in graph
+    assert "lit_entropy.callbacks.base" in graph and "benchmarks.report" in graph
     assert "lit_entropy.diagnostics.entropy" in graph["lit_entropy.policy.passes"]
     assert "lit_entropy.objectives.policy_loss" in graph["lit_entropy.objectives.kl"]
     assert "lit_entropy.objectives" not in graph["lit_entropy.objectives.kl"]  # its own package: no edge
@@ -187,7 +197,18 @@ def test_no_lazy_import_closes_a_cycle_between_parts():
     assert not found, f"parts of the package that import each other through function-level imports:\n{describe(found)}"
 
 
-def test_no_module_is_too_long():
-    long = {name: n for name, path in package_modules().items()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{k} ({v})" for k, v in sorted(long.items()))
+def test_the_package_imports_neither_the_studies_nor_the_benchmarks():
+    """They are not in the wheel (pyproject's packages): an import of them from the package would fail installed."""
+    graph = import_graph(lazy=True)
+    found = {(m, t) for m, targets in graph.items() if m.startswith(PACKAGE + ".") or m == PACKAGE
+             for t in targets if not t.startswith(PACKAGE)}
+    assert not found, f"the package imports outside itself: {sorted(found)}"
+    packages = (ROOT / "pyproject.toml").read_text()
+    assert '"studies' not in packages and '"benchmarks' not in packages
+
+
+def test_the_studies_read_the_package_through_its_public_surface():
+    graph = import_graph(lazy=True)
+    used = {t for m, targets in graph.items() if m.startswith("studies") for t in targets if t.startswith(PACKAGE)}
+    allowed = {m for m in used if any(m == a or a.startswith(m + ".") for a in STUDIES_MAY_IMPORT)}
+    assert used - allowed == set(), f"studies/ imports training internals: {sorted(used - allowed)}"

@@ -1,4 +1,4 @@
-"""The method study's runner, table and figure (lit_entropy/analysis/method_study.py, scripts/study.py)."""
+"""The method study's runner, table and figure (studies/method_study.py, scripts/study.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from lit_entropy.analysis.method_study import (
+from studies.method_study import (
     StudyPlan,
     lane_cores,
     lane_env,
@@ -234,7 +234,7 @@ def test_two_lanes_run_each_run_pinned_to_its_own_core(tmp_path: Path, all_cores
 
 
 def test_moving_mean_is_trailing() -> None:
-    from lit_entropy.analysis.method_study import moving_mean
+    from studies.method_study import moving_mean
 
     assert moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert moving_mean([1.0, 3.0, 5.0], 5) == [1.0, 2.0, 3.0]
@@ -276,7 +276,7 @@ def test_a_task_with_splits_gives_each_splits_last_evaluation(tmp_path: Path) ->
 
 
 def test_the_predicted_entropy_change_is_paired_with_the_next_iterations_realised_one() -> None:
-    from lit_entropy.analysis.method_study import predicted_entropy_change
+    from studies.method_study import predicted_entropy_change
 
     pred = [(1, 0.3), (2, -0.1), (3, 0.2), (4, -0.4), (5, 9.0)]  # the last prediction has no realisation yet
     actual = [(2, 0.03), (3, -0.01), (4, 0.02), (5, -0.05)]  # realised at k = 2..5: the updates of k-1
@@ -292,7 +292,7 @@ def test_the_predicted_entropy_change_is_paired_with_the_next_iterations_realise
 def test_law_ceiling_is_predicted_from_the_first_third_only() -> None:
     import math
 
-    from lit_entropy.analysis.method_study import law_ceiling
+    from studies.method_study import law_ceiling
 
     h = [0.6 - 0.01 * i for i in range(30)]
     exact = [0.8 - 0.5 * math.exp(x) for x in h[:10]]  # R = -a*exp(H) + b, a = 0.5, b = 0.8: ceiling 0.3
@@ -324,7 +324,7 @@ def test_summary_reads_large_k_pass_at_and_its_peak_and_ranks_by_a_chosen_column
 
 
 def test_eval_series_places_each_evaluation_at_its_iteration_and_the_start_at_0() -> None:
-    from lit_entropy.analysis.method_study import eval_series
+    from studies.study_plot import eval_series
 
     # 4 optimizer steps per iteration: iteration i's metrics at step 4i - 1; evaluations after 2 and 3
     scalars = {"rollout/entropy": [(4 * i - 1, 0.5) for i in range(1, 4)],

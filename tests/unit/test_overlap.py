@@ -1,6 +1,6 @@
 """One-step-off overlap (``rollout.max_staleness``, issue 29): the schedule, the bound, the checkpointed batches.
 
-The real ``RolloutDataModule.overlapped_iteration`` runs against a fake engine whose completions spell the
+The real ``RolloutDataModule.overlapped_batch`` runs (through :func:`lit_entropy.iteration.run`) against a fake engine whose completions spell the
 weight version it sampled with, and a fake trainer whose weights are "version i" at iteration i: every row
 must be at most ``k`` versions old, batch ``i`` sampled by version ``max(0, i - k)``, generated in the
 producer's thread, and a checkpointed state (``torch.load(weights_only=True)``) must resume into the same batches.
@@ -17,7 +17,9 @@ import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerStatus
 
+from lit_entropy.algo import AlgoConfig
 from lit_entropy.data.rollout_datamodule import RolloutDataModule
+from lit_entropy.objectives.rollout_correction import CorrectionConfig
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.rollout.batch import BatchConfig
@@ -62,14 +64,20 @@ class VersionEngine(RolloutEngine):
         return [[Generation([tok, tok, EOS], [-0.5, -0.5, -0.1], False) for _ in range(n)] for _ in prompts]
 
 
+def sampler_is_trainer(batch) -> None:
+    """The pre-update pass of a policy that is the sampler (zero entropy): the iteration's later steps run on it."""
+    batch.old_logp, batch.entropy = batch.sampler_logp.clone(), torch.zeros_like(batch.sampler_logp)
+
+
 def make(k: int, policy: str = "wait", delay: float = 0.0, background: bool = True):
     engine = VersionEngine(delay)
     engine.overlaps_update = background
     sampling = SamplingConfig(max_new_tokens=4, max_staleness=k, staleness_policy=policy)
     sampler = Sampler(engine, sampling, RewardConfig(mode="inline"))
     dm = RolloutDataModule(CountdownPrompts(), sampler, BatchConfig(prompts_per_iter=3, group_size=2, micro_batch_size=6))
-    module = SimpleNamespace(model=SimpleNamespace(version=0), tokenizer=Tok(), policy_path="fake", rollout=None,
-                             prepare_rollout=lambda batch: None)
+    module = SimpleNamespace(model=SimpleNamespace(version=0), tokenizer=Tok(), policy_path="fake", algo=AlgoConfig(),
+                             correction=CorrectionConfig(), batch_cfg=BatchConfig(), uniform_entropy_tol=None,
+                             max_logp_mismatch_mean=None, pre_update_pass=sampler_is_trainer)
     trainer = SimpleNamespace(lightning_module=module, current_epoch=0, callbacks=[], max_epochs=8,
                               state=SimpleNamespace(status=TrainerStatus.RUNNING))
     dm.trainer = trainer
@@ -79,8 +87,7 @@ def make(k: int, policy: str = "wait", delay: float = 0.0, background: bool = Tr
 def iterate(dm, trainer, i: int):
     trainer.current_epoch = i
     trainer.lightning_module.model.version = i  # the weights after i updates
-    dm.train_dataloader()
-    batch = trainer.lightning_module.rollout
+    batch = dm.train_dataloader().dataset.rollout
     sampled = {int(t) - BASE for t in batch.input_ids[batch.response_mask].tolist() if t != EOS}
     return batch, sampled
 

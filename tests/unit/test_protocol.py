@@ -1,4 +1,4 @@
-"""The tuning protocol (lit_entropy/analysis/protocol.py, conf/protocol/collapse.yaml, scripts/study.py --protocol):
+"""The tuning protocol (studies/protocol.py, conf/protocol/collapse.yaml, scripts/study.py --protocol):
 its grids are the issue's, every cell's overrides are real config keys, tuning picks by the declared criterion,
 evaluation judges the picks on fresh seeds."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from lit_entropy.analysis.method_study import run_dir
-from lit_entropy.analysis.protocol import evaluation_points, load_protocol, pick, picked_points
-from lit_entropy.analysis.protocol_phases import evaluation_report, tuning_table
-from lit_entropy.analysis.protocol_preview import check_points, dry_run
+from studies.method_study import run_dir
+from studies.protocol import evaluation_points, load_protocol, pick, picked_points
+from studies.protocol_phases import evaluation_report, tuning_table
+from studies.protocol_preview import check_points, dry_run
 from tests.helpers import CONF, ROOT
 
 COLLAPSE = CONF / "protocol" / "collapse.yaml"
@@ -300,7 +300,7 @@ def test_the_evaluation_report_judges_the_seed_claims_with_the_protocols_interva
 
 
 def test_the_methods_nearest_the_baseline_get_its_extra_seeds_once_chosen(tmp_path: Path) -> None:
-    from lit_entropy.analysis.protocol_phases import nearest_methods
+    from studies.protocol_phases import nearest_methods
 
     text = TINY.replace("grpo: {grid", "grpo: {evaluation_seeds: [0, 1, 2, 3], grid") + (
         "  far: {algo: grpo, controller: repo_r}\n"

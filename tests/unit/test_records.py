@@ -1,4 +1,4 @@
-"""A study's runs as a records file and back (lit_entropy/analysis/records.py, scripts/study.py --export-records /
+"""A study's runs as a records file and back (studies/records.py, scripts/study.py --export-records /
 --import-records): the imported run reads back to the same summary, dose and figure input as the original."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
-from lit_entropy.analysis.method_study import run_summary
-from lit_entropy.analysis.records import export_records, import_records
 from lit_entropy.analysis.runs import read_scalars
+from studies.method_study import run_summary
+from studies.records import export_records, import_records
 from tests.helpers import ROOT
 
 
@@ -117,9 +117,9 @@ def test_the_shipped_records_give_the_verdicts_docs_results_reports(tmp_path: Pa
     """docs/results.md's collapse verdicts are what the labelling code makes of the shipped records: import them,
     pick, judge, and every row of the page's verdict table (label against the pick and against the control)
     is a row the code writes."""
-    from lit_entropy.analysis.protocol import load_protocol, pick
-    from lit_entropy.analysis.protocol_phases import evaluation_report
-    from lit_entropy.analysis.records import import_records
+    from studies.protocol import load_protocol, pick
+    from studies.protocol_phases import evaluation_report
+    from studies.records import import_records
 
     protocol = load_protocol(ROOT / "conf" / "protocol" / "collapse.yaml")
     import_records(ROOT / "docs" / "data" / "collapse_protocol.json.gz", tmp_path)

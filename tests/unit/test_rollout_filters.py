@@ -9,6 +9,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from lit_entropy.iteration import prepare_update
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from lit_entropy.rollout.filters import (
     GibberishFilter,
@@ -114,7 +115,7 @@ def test_the_module_filters_in_its_pre_update_pass_and_the_update_skips_the_rows
 
     module = make_module(preset("algo", "grpo"), CorrectionConfig(), filter_repetition={"ngram": 1, "max_frac": 0.2})
     batch = make_rollout(module)
-    module.prepare_rollout(batch)
+    prepare_update(module, batch)
     resp = batch.response_mask
     repeats = [1.0 - len(set(r[m].tolist())) / int(m.sum()) >= 0.2 for r, m in zip(batch.input_ids, resp, strict=True)]
     flagged = ~batch.loss_mask.any(dim=1)

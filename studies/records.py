@@ -35,7 +35,7 @@ WALL_TAG = "rollout/entropy"
 
 def _method_config(folder: Path) -> dict[str, Any]:
     """The parts of the run's composed config the dose reads: ``algo`` and ``callbacks.entropy``."""
-    from lit_entropy.analysis.dose import run_config
+    from studies.dose import run_config
 
     cfg = run_config(folder)
     return {"algo": cfg.get("algo") or {}, "callbacks": {"entropy": (cfg.get("callbacks") or {}).get("entropy")}}

@@ -6,7 +6,7 @@ the evaluation seeds both the method and the baseline (GRPO) finished, the per-s
 Their 95 % interval is a seeded percentile bootstrap of the mean (10,000 resamples of the seeds with
 replacement; :func:`bootstrap_interval`) or a paired t interval (:func:`t_interval`). Then (:func:`label`):
 
-* the method's dose (:mod:`lit_entropy.analysis.dose`) under its threshold, or not logged: *not tested at
+* the method's dose (:mod:`studies.dose`) under its threshold, or not logged: *not tested at
   this dose*, whatever the interval;
 * the interval above 0 in the claimed direction: *reproduced*;
 * otherwise *not reproduced*: the interval excludes 0 against the claim, or includes 0.
@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lit_entropy.analysis.dose import METHOD_DOSE, NOT_TESTED, dose_given
+from studies.dose import METHOD_DOSE, NOT_TESTED, dose_given
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 DIRECTIONS = ("higher", "lower")
@@ -132,8 +132,8 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
           rule: IntervalRule | None = None, settings: dict[str, str] | None = None,
           dose_of: dict[str, str] | None = None) -> list[Verdict]:
     """Every method's verdict on each of its claims. ``runs``: method -> seed -> run summary (with its ``dose``,
-    :func:`lit_entropy.analysis.dose.method_dose`); ``claims``: method -> its claims (the baseline is not judged);
-    ``dose_of``: method -> the :data:`~lit_entropy.analysis.dose.METHOD_DOSE` entry it is dosed by (default: its name)."""
+    :func:`studies.dose.method_dose`); ``claims``: method -> its claims (the baseline is not judged);
+    ``dose_of``: method -> the :data:`~studies.dose.METHOD_DOSE` entry it is dosed by (default: its name)."""
     rule = rule or IntervalRule()
     base = runs.get(baseline, {})
     out = []
@@ -166,7 +166,7 @@ def rule_text(baseline: str, rule: IntervalRule | None = None) -> str:
     rule = rule or IntervalRule()
     how = (f"a percentile bootstrap of the mean difference ({rule.resamples:,} resamples of the seeds, "
            f"numpy generator seed {rule.seed})" if rule.kind == "bootstrap" else "a paired t interval")
-    return (f"**Labelling rule** (lit_entropy/analysis/verdicts.py). For each claim, the difference to `{baseline}` "
+    return (f"**Labelling rule** (studies/verdicts.py). For each claim, the difference to `{baseline}` "
             f"on each evaluation seed both finished (paired by seed), and its {rule.level:.0%} interval by {how}. "
             f"*{REPRODUCED}*: the interval excludes 0 in the claimed direction and the method got its dose. "
             f"*{NOT_REPRODUCED}*: the method got its dose and the interval excludes 0 against the claim or includes "

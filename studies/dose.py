@@ -2,7 +2,7 @@
 
 A method whose lever never acted (Clip-Cov picking one token a step, a λ pinned near 0, a controller whose
 rows were all kept) says nothing about its paper's claim; its study cells are labelled *not tested at this
-dose* instead of getting a verdict (:mod:`lit_entropy.analysis.verdicts`). Per run (:func:`dose_metrics`):
+dose* instead of getting a verdict (:mod:`studies.verdicts`). Per run (:func:`dose_metrics`):
 
 * ``sel_frac``: mean over optimizer steps of ``train/masked_frac_<rule>``, the fraction of response tokens the
   selection rule detached (Clip-Cov), penalised (KL-Cov) or removed (Clip_B, Clip_V, forking);

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from lit_entropy.bench.limits import median_time
+from benchmarks.limits import median_time
 
 
 def _parts(model: Any, tokens: int, row_len: int, repeats: int, kernels: str) -> dict:
@@ -101,7 +101,7 @@ def shares(p: dict) -> dict:
 
 
 def markdown(report: dict) -> list[str]:
-    from lit_entropy.bench.report import fmt
+    from benchmarks.report import fmt
 
     s = report["settings"]
     eager, compiled = shares(report["eager"]), shares(report["compiled"])

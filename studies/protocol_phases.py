@@ -1,6 +1,6 @@
-"""A protocol's phases run and reported (:mod:`lit_entropy.analysis.protocol` defines the protocol and its picks):
+"""A protocol's phases run and reported (:mod:`studies.protocol` defines the protocol and its picks):
 ``tune`` writes ``picks.json`` and the tuning table, ``evaluate`` the study table with each method's dose, the
-verdicts by :mod:`lit_entropy.analysis.verdicts` and the figure."""
+verdicts by :mod:`studies.verdicts` and the figure."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.analysis.dose import dose_legend, method_of
-from lit_entropy.analysis.lab_to_real import compare_verdicts
-from lit_entropy.analysis.method_study import run_study, summarise
-from lit_entropy.analysis.protocol import (
+from studies.dose import dose_legend, method_of
+from studies.lab_to_real import compare_verdicts
+from studies.method_study import run_study, summarise
+from studies.protocol import (
     Point,
     Protocol,
     collect,
@@ -23,8 +23,8 @@ from lit_entropy.analysis.protocol import (
     pick,
     picked_points,
 )
-from lit_entropy.analysis.seed_claims import judge_seed_claims, seed_claims_table
-from lit_entropy.analysis.verdicts import IntervalRule, Verdict, judge, verdict_report
+from studies.seed_claims import judge_seed_claims, seed_claims_table
+from studies.verdicts import IntervalRule, Verdict, judge, verdict_report
 
 
 def tuning_table(picks: dict[str, Any]) -> str:
@@ -92,7 +92,7 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     seeds = ""
     if protocol.seed_claims:
         cells = {**by_method, **{c.name: runs.get(c.name, {}) for c in controls}}
-        seeds = ("**The seed papers' own claims** (lit_entropy/analysis/seed_claims.py): a cell's metric against a level "
+        seeds = ("**The seed papers' own claims** (studies/seed_claims.py): a cell's metric against a level "
                  "(its per-seed values minus the level) or against another cell (paired by seed), the same interval and "
                  "labels.\n\n" + seed_claims_table(judge_seed_claims(protocol.seed_claims, cells, protocol.interval,
                                                                     dose_of)))
@@ -106,7 +106,7 @@ def lab_table(protocol: Protocol, verdicts: list[Verdict]) -> str:
     """The block that sets the ``lab`` protocol's verdicts, rebuilt from its records, beside ``verdicts``."""
     lab = records_verdicts(_from_root(protocol.lab["protocol"]), _from_root(protocol.lab["records"]))
     return (f"**The lab's verdicts beside these** ({protocol.lab['protocol']}, rebuilt from {protocol.lab['records']}; "
-            f"lit_entropy/analysis/lab_to_real.py):\n\n" + compare_verdicts(lab, verdicts))
+            f"studies/lab_to_real.py):\n\n" + compare_verdicts(lab, verdicts))
 
 
 def _judged(protocol: Protocol, picks: dict[str, Any], by_method: dict[str, dict[int, dict[str, Any]]],
@@ -120,7 +120,7 @@ def _judged(protocol: Protocol, picks: dict[str, Any], by_method: dict[str, dict
 
 def records_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
     """A protocol's verdicts against its baseline, rebuilt from its records file (picked again, nothing run)."""
-    from lit_entropy.analysis.records import import_records
+    from studies.records import import_records
 
     protocol = load_protocol(protocol_path)
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +137,7 @@ def records_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
 def _from_root(path: str) -> Path:
     """A path of a protocol file: as given where it exists (relative to the working folder), else from the
     checkout's root."""
-    return Path(path) if Path(path).exists() else Path(__file__).resolve().parents[2] / path
+    return Path(path) if Path(path).exists() else Path(__file__).resolve().parents[1] / path
 
 
 def control_line(verdicts: list[Verdict], others: list[Verdict], baseline: str, control: Point) -> str:
@@ -187,7 +187,7 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
     report = evaluation_report(protocol, picks, out / "evaluate", extra)
     (out / "evaluate.md").write_text(report + "\n")
-    from lit_entropy.analysis.study_plot import plot
+    from studies.study_plot import plot
 
     plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and eval pass@k per pick
     return report

@@ -2,7 +2,7 @@
 
 For each run: the controller (from the run's ``.hydra/config.yaml``), the mean |rollout/entropy − target|
 over the second half of the iterations, the final entropy, the final and last-5 mean rollout/accuracy, and the
-controller's dose (:mod:`lit_entropy.analysis.dose`: e.g. REPO's mean |λ|, Entrocraft's fraction of iterations
+controller's dose (:mod:`studies.dose`: e.g. REPO's mean |λ|, Entrocraft's fraction of iterations
 with m ≠ 0), marked *not tested at this dose* under its threshold.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from lit_entropy.analysis.dose import dose_cell, dose_metrics, method_dose, method_from_config, run_config
 from lit_entropy.analysis.runs import read_scalars, values
+from studies.dose import dose_cell, dose_metrics, method_dose, method_from_config, run_config
 
 
 def scalars(run: Path) -> dict[str, list[float]]:

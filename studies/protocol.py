@@ -11,7 +11,7 @@ pass@64), the baseline, the claims to judge, the interval rule and, per method, 
   (``<out>/tune.md``). A method with an unfinished point gets no pick.
 * ``evaluate``: each pick on every evaluation seed; ``<out>/evaluate.md`` holds the study table (with each
   method's dose) and, below the rule's text, a verdict per method and claim
-  (:mod:`lit_entropy.analysis.verdicts`); ``<out>/evaluate.png`` the curves. A *control* (``controls``: the
+  (:mod:`studies.verdicts`); ``<out>/evaluate.png`` the curves. A *control* (``controls``: the
   baseline at another setting, e.g. at the step size the other methods run at) also runs on every evaluation
   seed; it is never a pick, and the report says which labels would change were it the baseline.
 
@@ -19,9 +19,9 @@ Per phase, ``tune`` may give its own run length and a cheaper evaluation to pick
 baseline's grid (a learning rate) whose pick every other method then runs with; a method may have its own
 ``evaluation_seeds`` (more for the baseline and the methods nearest it).
 
-Runs go through :func:`lit_entropy.analysis.method_study.run_study` (resumable, seed by seed, ``lanes`` at a
+Runs go through :func:`studies.method_study.run_study` (resumable, seed by seed, ``lanes`` at a
 time); a point is a *variant* of its algo, so a run folder is ``<out>/<phase>/runs/<algo>@<point>+<controller>/seed<s>``.
-The phases run and write their reports in :mod:`lit_entropy.analysis.protocol_phases`.
+The phases run and write their reports in :mod:`studies.protocol_phases`.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.analysis.dose import method_dose, method_of
-from lit_entropy.analysis.method_study import (
+from studies.dose import method_dose, method_of
+from studies.method_study import (
     COLUMNS,
     StudyPlan,
     finished,
     run_dir,
     run_summary,
 )
-from lit_entropy.analysis.seed_claims import SeedClaim
-from lit_entropy.analysis.verdicts import Claim, IntervalRule
+from studies.seed_claims import SeedClaim
+from studies.verdicts import Claim, IntervalRule
 
 PHASES = ("tune", "evaluate")
 
@@ -154,7 +154,7 @@ class Protocol:
     keep_checkpoints: bool = True
     """False: each finished run's checkpoints are deleted (what resume needs is kept until the run is done)."""
     seed_claims: list[SeedClaim] = field(default_factory=list)
-    """The seed papers' claims that are not a method against the baseline (:mod:`lit_entropy.analysis.seed_claims`)."""
+    """The seed papers' claims that are not a method against the baseline (:mod:`studies.seed_claims`)."""
     nearest: dict[str, Any] = field(default_factory=dict)
     """``{methods: M, seeds: [...], metric: m}``: once every method has run on its evaluation seeds, the M methods
     whose ``metric`` is nearest the baseline's (smallest |mean paired difference|) also run on ``seeds``, which the
@@ -164,7 +164,7 @@ class Protocol:
     lab: dict[str, str] = field(default_factory=dict)
     """``{protocol: P, records: R}``: another protocol (paths from the checkout's root) whose verdicts, rebuilt from
     its shipped records, the report sets beside this one's on the claims both judged
-    (:mod:`lit_entropy.analysis.lab_to_real`)."""
+    (:mod:`studies.lab_to_real`)."""
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [Claim(m) for m in self.criterion]  # none declared: the criterion, higher

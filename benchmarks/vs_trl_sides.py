@@ -1,7 +1,7 @@
 """One side of the lit-entropy vs TRL benchmark, in a fresh interpreter:
-``python -m lit_entropy.bench.vs_trl_sides SPEC.json``.
+``python -m benchmarks.vs_trl_sides SPEC.json``.
 
-:mod:`lit_entropy.bench.vs_trl` writes SPEC (side, setting, iterations, Hydra overrides, output path) and reads
+:mod:`benchmarks.vs_trl` writes SPEC (side, setting, iterations, Hydra overrides, output path) and reads
 back a JSON of per-iteration wall seconds, phase seconds and accuracy. Both sides are derived from the
 same composed Hydra config (``conf/train.yaml`` plus the overrides), so prompts, policy, sampling and
 optimizer settings cannot drift apart:
@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.bench.vs_trl_patches import apply_vllm_cpu_patches
+from benchmarks.vs_trl_patches import apply_vllm_cpu_patches
 
 
 def compose(overrides: list[str]) -> Any:

@@ -13,8 +13,8 @@ verdict:
 
 from __future__ import annotations
 
-from lit_entropy.analysis.dose import NOT_TESTED
-from lit_entropy.analysis.verdicts import NOT_REPRODUCED, REPRODUCED, Verdict
+from studies.dose import NOT_TESTED
+from studies.verdicts import NOT_REPRODUCED, REPRODUCED, Verdict
 
 METRIC_MAP = {"pass@1": "ho_pass@1", "pass@64": "ho_pass@64", "h_final": "h_final"}
 """The lab's claim metrics and the real-LM study's metric of the same meaning (held-out, disjoint split)."""

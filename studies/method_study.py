@@ -20,7 +20,7 @@ The table reports, per cell, the mean ± standard deviation over seeds of
 * ``pass@1``, ``pass@8``: the Countdown evaluation after the last iteration (``eval/pass@k``);
 * ``band err``: the mean ``control/band_error`` over the second half (cells with a band-keeping controller);
 * ``s/it``: seconds per iteration, from the wall-clock times of the TensorBoard events (start-up excluded);
-* ``dose``: how much the cell's method's lever acted (:mod:`lit_entropy.analysis.dose`), marked *not tested
+* ``dose``: how much the cell's method's lever acted (:mod:`studies.dose`), marked *not tested
   at this dose* under its threshold; the other dose columns (``sel_frac``, ``clipfrac_high``, ``lambda_mean``,
   ``m_neg_frac``, ...) give the trajectories behind it.
 
@@ -41,7 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_entropy.analysis.dose import (
+from lit_entropy.analysis.runs import event_files, read_scalars, values, wall_times
+from studies.dose import (
     DOSE_COLUMNS,
     dose_cell,
     dose_legend,
@@ -50,7 +51,6 @@ from lit_entropy.analysis.dose import (
     method_of,
     run_config,
 )
-from lit_entropy.analysis.runs import event_files, read_scalars, values, wall_times
 
 
 @dataclass
@@ -337,7 +337,7 @@ COLUMNS = {"h_final": "H final", "h_min": "H min", "acc_last5": "acc (last 5)", 
            "masked": "masked frac", "dh_corr": "corr(dH pred, dH)", "dh_sign": "dH sign agrees",
            **{f"{p}_{m}": f"{name} {head}" for p, (_, name) in SPLITS.items() for m, (*_, head) in SPLIT_METRICS.items()},
            **DOSE_COLUMNS}
-"""Every column a run summary has, and its heading (``dose``: the cell's method's dose, lit_entropy/analysis/dose.py)."""
+"""Every column a run summary has, and its heading (``dose``: the cell's method's dose, studies/dose.py)."""
 DEFAULT_COLUMNS = ("h_final", "acc_last5", "pass@1", "pass@8", "band_error", "s_per_it", "dose")
 
 
@@ -392,11 +392,3 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
 def moving_mean(xs: list[float], window: int) -> list[float]:
     """Trailing mean over the last ``window`` points (fewer at the start)."""
     return [statistics.mean(xs[max(0, i + 1 - window):i + 1]) for i in range(len(xs))]
-
-
-def __getattr__(name: str):  # the figure lives in study_plot.py; its names stay importable from here
-    if name in ("plot", "eval_series"):
-        from lit_entropy.analysis import study_plot
-
-        return getattr(study_plot, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
