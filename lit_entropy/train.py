@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
@@ -167,8 +168,19 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     return trainer, module, datamodule
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """Fit one run; returns the final logged metrics as floats.
+@dataclass
+class Fitted:
+    """A finished fit: the objects it ran and its final metrics."""
+
+    trainer: pl.Trainer
+    module: Any
+    datamodule: Any
+    metrics: dict[str, float]
+    """The final logged metrics as floats (all finite)."""
+
+
+def fit(cfg: DictConfig, engine: Any = None) -> Fitted:
+    """Fit one run of a composed config (what ``scripts/train.py`` does); ``engine`` as in :func:`build`.
 
     A ``ckpt_path`` is checked first (before the warm start and the engine start): a truncated, corrupt
     or mid-iteration checkpoint is refused naming its path.
@@ -176,7 +188,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = cfg.get("ckpt_path")
     special = ckpt_path in ("last", "hpc", "registry")  # Lightning resolves these names itself
     resume = check_resumable(ckpt_path) if ckpt_path and not special else {}
-    trainer, module, datamodule = build(cfg, resume_step=resume.get("step"), resume_iteration=resume.get("iteration"))
+    trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume.get("step"),
+                                        resume_iteration=resume.get("iteration"))
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     finally:
@@ -185,4 +198,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     if bad:
         raise FloatingPointError(f"non-finite final metrics: {bad}")
-    return metrics
+    return Fitted(trainer, module, datamodule, metrics)
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Fit one run (:func:`fit`); returns the final logged metrics as floats."""
+    return fit(cfg).metrics

@@ -1,9 +1,9 @@
 """One in-process harness for real training runs: the real Hydra composition, the real Lightning Trainer,
 one shared vLLM engine, and the run's own TensorBoard event files read back.
 
-``Harness.fit(overrides, tmp_path)`` does what ``scripts/train.py`` does (``lit_entropy.train.run``: the
-``ckpt_path`` check, ``build``, ``trainer.fit``, ``datamodule.close()``, the finite-metrics check) without
-a new interpreter: no import of torch, Lightning and vLLM and no vLLM start per run. What a process would
+``Harness.fit(overrides, tmp_path)`` calls what ``scripts/train.py`` calls (:func:`lit_entropy.train.fit`, the
+body of ``lit_entropy.train.run``: the ``ckpt_path`` check, ``build``, ``trainer.fit``, ``datamodule.close()``, the
+finite-metrics check) without a new interpreter: no import of torch, Lightning and vLLM and no vLLM start per run. What a process would
 start fresh and a second fit in the same process would inherit is put back after every fit (torch's thread
 count, warnings filters, logger levels, environment variables, SIGINT); what it cannot put back is made not
 to matter: ``build`` seeds every RNG, the engine samples with per-request seeds, and every fit loads its own
@@ -14,7 +14,6 @@ that two consecutive fits on one engine log exactly the scalars of two fresh ``s
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import warnings
@@ -152,14 +151,10 @@ class Harness:
         a shared engine left with unfinished requests, or lent to a fit that raised, is closed and dropped,
         so no later fit inherits its scheduler state.
         """
-        from lit_entropy.checkpointing import check_resumable
-        from lit_entropy.train import build
+        from lit_entropy.train import fit
 
         run_dir = Path(tmp_path) / name
         cfg = self.compose(list(overrides), run_dir, smoke)
-        ckpt_path = cfg.get("ckpt_path")
-        special = ckpt_path in ("last", "hpc", "registry")
-        resume = check_resumable(ckpt_path) if ckpt_path and not special else {}
         share = (cfg.rollout.engine._target_ == VLLM_TARGET and not fresh_engine
                  and not cfg.rollout.get("max_staleness", 0))
         if cfg.rollout.engine._target_ == VLLM_TARGET and not share:
@@ -170,20 +165,12 @@ class Harness:
         clean = False
         try:
             with _process_state() as caught:
-                trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume.get("step"),
-                                                    resume_iteration=resume.get("iteration"))
-                try:
-                    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-                finally:
-                    datamodule.close()
+                fitted = fit(cfg, engine=engine)  # lit_entropy.train.run's body, with the shared engine
             clean = True
         finally:
             if share:
                 self._drop_dirty(everything=not clean)
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-        if bad:
-            raise FloatingPointError(f"non-finite final metrics: {bad}")
+        trainer, module, metrics = fitted.trainer, fitted.module, fitted.metrics
         return RunResult(run_dir=run_dir, scalars=read_scalars(run_dir), metrics=metrics, module=module,
                          trainer=trainer, cfg=cfg, warnings=[str(w.message) for w in caught])
 

@@ -1,7 +1,7 @@
 """Every entropy controller closes the loop on the lab (real Trainer, in-process on tests/harness.py).
 
 Each controller's exact resume is tests/integration/test_controller_resume.py; the knob-conflict refusal a
-unit test of ``lit_entropy.train.check_knob_owners`` (tests/unit/test_knob_owners.py)."""
+unit test of ``lit_entropy.train.check_knob_owners`` (tests/unit/test_train_knob_owners.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,32 @@ def test_controller_closed_loop_smoke(tmp_path, harness, name):
     assert len(values) == 3 and all(math.isfinite(v) for v in values)
     assert all(math.isfinite(v) for _, v in scalars["control/target_entropy"])
     assert all(math.isfinite(v) for _, v in scalars["train/loss"])
+
+
+HIGH = ["callbacks.entropy.target=1.5"]  # far above the lab's entropy (~0.5 nats): every iteration is below it
+RAISE_ENTROPY = {  # the knob's values, iteration by iteration, when the entropy is below target all along (§7.4)
+    "adapo": (HIGH, "control/eps_high", "up"),  # a looser upper clip lets unlikely tokens rise
+    "adaptive_bonus": (HIGH, "control/entropy_coef", "up"),
+    "repo_r": (HIGH, "control/repo_lambda", "up"),
+    "repo_d": (HIGH, "control/repo_lambda", "up"),
+    "entropic": (HIGH, "control/pic_alpha", "negative"),  # e = H - H* < 0: positives weigh 1 + alpha < 1
+    "gppo_beta": (HIGH, "control/gppo_beta_high", "up"),  # more pull on the clipped rare tokens being raised
+    "entrocraft_hard": (["callbacks.entropy.band.kind=constant", "callbacks.entropy.band.start=[1.4,1.5]"],
+                        "control/direction", "negative"),  # NSR: the failures' push down, which raises entropy
+}
+
+
+@pytest.mark.parametrize("name", sorted(RAISE_ENTROPY))
+def test_each_controller_moves_its_knob_toward_more_entropy_below_target(tmp_path, harness, name):
+    """A controller that never moved its knob would pass the smoke test above; this one would fail it."""
+    extra, tag, how = RAISE_ENTROPY[name]
+    scalars = harness.fit([f"callbacks/entropy={name}", "rollout=hf", *extra, *NEEDS.get(name, [])], tmp_path).scalars
+    values = [v for _, v in sorted(scalars[tag])]
+    assert len(values) == 3, values
+    if how == "up":
+        assert values[0] < values[1] < values[2], values
+    else:
+        assert all(v < 0 for v in values), values
 
 
 @pytest.mark.slow  # a measurement of the lever (~2 min, two 6-iteration runs of the full lab), not a guard

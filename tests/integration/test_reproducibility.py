@@ -3,7 +3,7 @@
 Default sizes throughout (128 prompts x G = 8, four minibatches, 128-row micro-batches, vLLM, the default
 callbacks with their background checkpoint writes): only ``trainer.max_epochs`` is cut. Every TensorBoard
 scalar except ``time/*`` must be equal to the last bit at every step. The cheap guard for the cause found
-(the shared-prompt gather's backward) is ``tests/unit/test_prefix.py``.
+(the shared-prompt gather's backward) is ``tests/unit/policy/test_prefix.py``.
 """
 
 from __future__ import annotations

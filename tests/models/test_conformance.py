@@ -4,7 +4,7 @@ takes LoRA with its defaults; a path that would be wrong for a family is refused
 Each family's check is one test. By default each check runs on the families that take a distinct path
 through the code under test (the sliding-window refusal and the exact shared path below the window on
 Mistral; LoRA on GPT-2's Conv1D and on Qwen3-MoE's wrapped expert parameters); the lab's Qwen2 is covered
-by tests/unit/test_prefix.py and tests/unit/test_lora.py. The whole matrix is ``slow``.
+by tests/unit/policy/test_prefix.py and tests/unit/policy/test_lora.py. The whole matrix is ``slow``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from lit_entropy.objectives import changes
 from lit_entropy.objectives.changes import SurrogateChange
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import aggregate, clipped_surrogate
-from tests.unit.test_objective import logp_entropy, make_minibatch
+from tests.unit.objectives.test_objective import logp_entropy, make_minibatch
 
 
 def test_archer_simko_and_erc_are_registered_by_their_files():

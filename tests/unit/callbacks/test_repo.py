@@ -15,7 +15,7 @@ from lit_entropy.callbacks.repo import REPOCallback
 from lit_entropy.objectives.repo import adapt_lambda, repo_d_advantages, repo_r_advantages
 from lit_entropy.rollout.batch import RolloutBatch
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "entropy"
+CONF = Path(__file__).resolve().parents[3] / "conf" / "callbacks" / "entropy"
 
 
 def random_batch(seed: int = 0, B: int = 12, L: int = 9, correlated: bool = True) -> RolloutBatch:

@@ -18,7 +18,7 @@ from lit_entropy.diagnostics.discriminator import token_scores
 from lit_entropy.diagnostics.entropy_dynamics import cov_logp_adv, dh_pred, disc_centered_mean
 from lit_entropy.rollout.batch import RolloutBatch
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "diagnostics"
+CONF = Path(__file__).resolve().parents[3] / "conf" / "callbacks" / "diagnostics"
 
 METRICS = (
     "diag/cov_logp_adv",

@@ -110,7 +110,7 @@ def test_reward_and_hostile_inputs():
 
 # --------------------------------------------------------------------------- splits, the default task's space
 
-DEFAULT_TASK = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf/data/arithmetic.yaml"))[
+DEFAULT_TASK = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[3] / "conf/data/arithmetic.yaml"))[
     "data"]["prompts"]["task"]
 """The shipped default (``conf/data/arithmetic.yaml``), less its ``_target_``."""
 DEFAULT_TASK.pop("_target_")

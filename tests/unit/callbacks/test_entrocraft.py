@@ -18,7 +18,7 @@ from lit_entropy.callbacks.entrocraft import EntrocraftCallback
 from lit_entropy.rollout.batch import RolloutBatch
 from tests.helpers import small_rollout_batch
 
-YAML = Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "entropy" / "entrocraft.yaml"
+YAML = Path(__file__).resolve().parents[3] / "conf" / "callbacks" / "entropy" / "entrocraft.yaml"
 
 
 def make_batch(

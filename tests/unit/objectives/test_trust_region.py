@@ -273,8 +273,8 @@ def test_refused_pairs_name_both_keys(kwargs, names):
 
 def test_selection_rules_on_the_loss_mask_compose_with_the_new_losses():
     for name in NEW_PRESETS:
-        AlgoConfig(loss=name, selection="forking")
-        AlgoConfig(loss=name, erc={"low": 0.05, "high": 0.05})
+        assert AlgoConfig(loss=name, selection="forking").selection == "forking"  # accepted, not refused
+        assert AlgoConfig(loss=name, erc={"low": 0.05, "high": 0.05}).erc.low == 0.05
 
 
 @pytest.mark.parametrize("preset", NEW_PRESETS)

@@ -12,7 +12,7 @@ import pytest
 
 from lit_entropy.analysis.runs import find_runs, read_scalars, run_labels
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 A, B = 0.3, 0.9
 

@@ -17,7 +17,7 @@ from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tok
 from lit_entropy.objectives.policy_loss import aggregate
 from lit_entropy.objectives.registry import LossTerm, SelectionRule, TermInputs
 from lit_entropy.objectives.selection import _check_mask, _frac, _per_token
-from tests.unit.test_objective import logp_entropy, make_minibatch
+from tests.unit.objectives.test_objective import logp_entropy, make_minibatch
 
 
 def test_no_objectives_module_imports_the_config():

@@ -16,7 +16,7 @@ PARENT = """
 import sys, time, psutil
 sys.path.insert(0, {root!r})
 from lit_entropy.rewards.runner import RewardRunner
-from tests.unit.reward_fixtures import hanging_reward
+from tests.unit.rewards.reward_fixtures import hanging_reward
 runner = RewardRunner(hanging_reward, timeout_s=60, mode="process", num_workers=2)
 runner._get_pool()
 print(" ".join(str(c.pid) for c in psutil.Process().children(recursive=True)), flush=True)

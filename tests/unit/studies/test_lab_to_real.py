@@ -42,7 +42,7 @@ def test_the_labs_verdicts_rebuilt_from_its_shipped_records_are_the_pages(tmp_pa
 
     from studies.protocol_phases import records_verdicts
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     got = records_verdicts(root / "conf" / "protocol" / "collapse.yaml",
                            root / "docs" / "data" / "collapse_protocol.json.gz")
     page = (root / "docs" / "results.md").read_text()
@@ -60,7 +60,7 @@ def test_the_real_lm_protocols_report_sets_the_labs_verdicts_beside_its_own():
     from studies.protocol import load_protocol
     from studies.protocol_phases import lab_table
 
-    protocol = load_protocol(Path(__file__).resolve().parents[2] / "conf" / "protocol" / "real_lm.yaml")
+    protocol = load_protocol(Path(__file__).resolve().parents[3] / "conf" / "protocol" / "real_lm.yaml")
     assert protocol.lab == {"protocol": "conf/protocol/collapse.yaml", "records": "docs/data/collapse_protocol.json.gz"}
     real = [v("dapo", "ho_pass@1", (-0.01, 0.05), "not reproduced"), v("sapo", "ho_pass@1", (0.1, 0.2), "reproduced")]
     block = lab_table(protocol, real).splitlines()

@@ -111,7 +111,7 @@ def test_config_keys_parse_and_refuse_by_name():
 
 def test_the_module_filters_in_its_pre_update_pass_and_the_update_skips_the_rows():
     from lit_entropy.objectives.rollout_correction import CorrectionConfig
-    from tests.unit.test_correction_training import make_module, make_rollout, preset, take_steps
+    from tests.unit.test_iteration_correction import make_module, make_rollout, preset, take_steps
 
     module = make_module(preset("algo", "grpo"), CorrectionConfig(), filter_repetition={"ngram": 1, "max_frac": 0.2})
     batch = make_rollout(module)

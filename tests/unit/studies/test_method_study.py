@@ -23,7 +23,7 @@ from studies.method_study import (
     train_command,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _write_run(folder: Path, entropy: list[float], acc: list[float], band: list[float] | None = None,

@@ -15,8 +15,8 @@ from lit_entropy.objectives import entropy_methods as em
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import clipped_surrogate
 from tests.helpers import step_gradient
-from tests.unit.test_divergence import make as make_lab_module
-from tests.unit.test_micro_batching import make_minibatch, make_module
+from tests.unit.test_iteration_divergence import make as make_lab_module
+from tests.unit.test_module_micro_batching import make_minibatch, make_module
 
 # ---------------------------------------------------------------------------------------------- GPPO
 
@@ -143,7 +143,7 @@ def test_archer_splits_over_every_response_token_even_those_a_correction_removed
 def test_the_archer_preset_keeps_the_authors_kl_clamp_and_dual_clip():
     from omegaconf import OmegaConf
 
-    conf = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "algo" / "archer.yaml")
+    conf = OmegaConf.load(Path(__file__).resolve().parents[3] / "conf" / "algo" / "archer.yaml")
     assert (conf.kl_coef, conf.kl_clamp, conf.dual_clip) == (0.001, 10.0, 10.0)
     assert dict(conf.archer) == {"quantile": 0.8, "eps": 0.5, "kl_high": 0.0}
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_entropy.policy import passes
-from tests.unit.test_prefix import G, L, P, grouped_rows, make_module
+from tests.unit.policy.test_prefix import G, L, P, grouped_rows, make_module
 
 
 def rows_and_module(share: bool = True, micro_batch_size: int = 7):
