@@ -16,12 +16,12 @@ from omegaconf import DictConfig, ListConfig
 
 from lit_entropy import token_shaping
 from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
-from lit_entropy.objectives import changes, registry, selection
-from lit_entropy.objectives import trust_region as tr
+from lit_entropy.objectives import changes, losses, registry, selection
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs
 
-LOSSES = ("ppo", "gspo", "gppo", *tr.LOSSES)
-PPO_CLIP_LOSSES = ("ppo", "gppo")
+LOSSES = tuple(losses.LOSSES)
+"""Every registered policy loss (:mod:`lit_entropy.objectives.losses`)."""
+PPO_CLIP_LOSSES = tuple(name for name, loss in losses.LOSSES.items() if loss.ppo_clip)
 """The losses built on PPO's per-token ratio clip (what dual_clip, archer, simko and the clip rules change)."""
 REWARD_TRANSFORMS = ("unlikeliness",)
 
@@ -155,7 +155,7 @@ class AlgoConfig:
                 raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
         registry.check_selection_args(self.selection, self.selection_args)
         selection.check_args(self.selection, self.selection_args)
-        tr.check_loss_args(self.loss, self.loss_args)
+        losses.LOSSES[self.loss].check_args(self.loss_args)
         token_shaping.check_args(self.token_shaping, self.token_shaping_args)
         k, q = self.advantage_args.get("k"), self.advantage_args.get("quantile_k")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
@@ -169,12 +169,13 @@ class AlgoConfig:
         if self.token_shaping in token_shaping.REPLACES_ESTIMATOR and self.advantage != "grpo":
             raise ValueError(f"algo.token_shaping={self.token_shaping} computes the advantages itself; "
                              f"algo.advantage={self.advantage} would be ignored: leave it at grpo")
-        if self.loss == "gspo" and rule is not None and rule.per_token_ratios:
+        loss = losses.LOSSES[self.loss]
+        if loss.per_sequence and rule is not None and rule.per_token_ratios:
             raise ValueError(
-                f"algo.loss=gspo uses one ratio per sequence; algo.selection={self.selection} acts on "
+                f"algo.loss={self.loss} uses one ratio per sequence; algo.selection={self.selection} acts on "
                 "per-token ratios and covariances: pick one"
             )
-        if self.loss in tr.LOSSES and rule is not None and rule.per_token_ratios:
+        if not loss.ppo_clip and not loss.per_sequence and rule is not None and rule.per_token_ratios:
             raise ValueError(
                 f"algo.loss={self.loss} replaces PPO's clip; algo.selection={self.selection} is defined on PPO's "
                 "clipped ratio (it detaches or replaces PPO-clip tokens): pick one")

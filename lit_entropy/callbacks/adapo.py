@@ -10,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lit_entropy.callbacks.base import Dose, EntropyController, check_delta, config_error, step_toward
-from lit_entropy.objectives.trust_region import LOSSES as TRUST_REGION_LOSSES
+from lit_entropy.objectives.losses import LOSSES
 from lit_entropy.rollout.batch import RolloutBatch
 
 
@@ -47,7 +47,8 @@ class ADAPOCallback(EntropyController):
 
     knobs = ("eps_high",)
     methods = {"adapo": Dose("clipfrac_high", "fraction of tokens at the upper clip ε_high (train/clipfrac_high)")}
-    refused_losses = TRUST_REGION_LOSSES  # CISPO, SAPO and DPPO read eps_high another way, or not at all
+    refused_losses = tuple(name for name, loss in LOSSES.items() if not loss.ppo_clip and not loss.per_sequence)
+    """The losses that replace the clip (CISPO, SAPO, DPPO) read eps_high another way, or not at all."""
     refusal = "drives eps_high as PPO's token clip, but algo.loss={loss} (algo={algo}) replaces that clip: pick one"
 
     def __init__(

@@ -22,15 +22,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lit_entropy.objectives import changes, registry
+from lit_entropy.objectives import changes, losses, registry
 from lit_entropy.objectives import entropy_methods as em
 from lit_entropy.objectives import selection as rules
-from lit_entropy.objectives import trust_region as tr
 from lit_entropy.objectives.policy_loss import (
     aggregate,
-    clipped_surrogate,
     global_counts,
-    gspo_surrogate,
     ratio,
 )
 from lit_entropy.objectives.registry import ObjectiveConfig, TermInputs
@@ -177,8 +174,9 @@ def micro_batch_loss(
         if change.inputs is not None:
             logp_pg, adv = change.inputs(args, logp_pg, old, adv, topk, sel.prepared)
     counts = {"num_tokens": sel.num_tokens, "num_seqs": sel.num_seqs, "norm_constant": algo.loss_norm_constant}
-    if algo.loss == "gspo":
-        loss_tok, info = gspo_surrogate(logp, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
+    policy_loss = losses.LOSSES[algo.loss]
+    if policy_loss.per_sequence:  # GSPO: on the plain log-probs
+        loss_tok, info = _clipped(algo, knobs, logp, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
     elif sel.kl_selected is not None:
         loss_tok = rules.kl_cov_loss(logp, old, adv, sel.kl_selected, beta=algo.selection_args.get("beta", 1.0))
         none = torch.zeros_like(mask)
@@ -229,11 +227,7 @@ def micro_batch_loss(
 
 def _clipped(algo: ObjectiveConfig, knobs: Mapping[str, Any], logp: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
              eps_low: float, eps_high: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """The per-token surrogate of ``algo.loss``: PPO's, GPPO's with the knobs' betas, or one of the losses that
-    replace the clip (:mod:`lit_entropy.objectives.trust_region`: CISPO, SAPO, DPPO)."""
-    if algo.loss in tr.LOSSES:
-        return tr.surrogate(algo.loss, logp, old, adv, mask, eps_low, eps_high, algo.loss_args)
-    if algo.loss == "gppo":
-        return em.gppo_surrogate(logp, old, adv, eps_low, eps_high, knobs["gppo_beta_low"], knobs["gppo_beta_high"],
-                                 algo.dual_clip, mask=mask)
-    return clipped_surrogate(logp, old, adv, eps_low, eps_high, algo.dual_clip, mask=mask)
+    """The per-token surrogate of ``algo.loss`` (:mod:`lit_entropy.objectives.losses`) at the clip range
+    ``(eps_low, eps_high)``."""
+    return losses.LOSSES[algo.loss].surrogate(logp, old, adv, mask, eps_low, eps_high, knobs, algo.dual_clip,
+                                              algo.loss_args)

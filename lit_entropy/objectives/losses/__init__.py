@@ -1,0 +1,66 @@
+"""The policy losses (``algo.loss``): one file per family, registered here, each a per-token surrogate.
+
+A loss is a function ``fn(logp, old_logp, advantages, mask, eps_low, eps_high, knobs, dual_clip, **args) ->
+(loss [B, L], info)`` with the info of :func:`~lit_entropy.objectives.policy_loss.clipped_surrogate`
+(``clipped_low``, ``clipped_high``, ...), and its entry says how it relates to PPO's per-token ratio clip, which
+decides what it composes with (``dual_clip``, the clip rules, Archer and SimKO, the controllers of ``eps_high``).
+Every module of this folder is imported here, so a new loss is its file and a preset YAML
+(docs/objectives.md, "Adding ...").
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered ``algo.loss``."""
+
+    name: str
+    fn: Callable[..., tuple[Tensor, dict[str, Tensor]]]
+    args: dict[str, float] = field(default_factory=dict)
+    """The ``algo.loss_args`` it takes, with their defaults (numbers > 0)."""
+    ppo_clip: bool = False
+    """Built on PPO's per-token ratio clip: ``dual_clip``, the clip rules and the clip changes apply to it."""
+    per_sequence: bool = False
+    """One ratio per sequence (GSPO): the rules on per-token ratios are refused, and the surrogate changes see
+    the plain log-probs."""
+
+    def surrogate(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
+                  eps_high: float, knobs: Mapping[str, Any] | None = None, dual_clip: float | None = None,
+                  args: Mapping[str, float] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """The per-token loss with the clip knobs and ``algo.loss_args`` (defaults for the ones left out)."""
+        return self.fn(logp, old_logp, advantages, mask, eps_low, eps_high, knobs or {}, dual_clip,
+                       **{**self.args, **(args or {})})
+
+    def check_args(self, args: Mapping[str, Any]) -> None:
+        """Raise naming ``algo.loss_args`` when ``args`` are not this loss's or out of range."""
+        unknown = sorted(set(args) - set(self.args))
+        if unknown:
+            takes = f"it takes {sorted(self.args)}" if self.args else "it takes none"
+            raise ValueError(f"algo.loss_args {unknown} are not arguments of algo.loss={self.name}; {takes}")
+        for key, value in args.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"algo.loss_args.{key}={value!r} must be a number > 0")
+
+
+LOSSES: dict[str, PolicyLoss] = {}
+"""Every registered loss by name (``algo.loss``)."""
+
+
+def register(loss: PolicyLoss) -> PolicyLoss:
+    if loss.name in LOSSES:
+        raise ValueError(f"a policy loss named {loss.name!r} is registered twice")
+    LOSSES[loss.name] = loss
+    return loss
+
+
+for _module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):  # each file registers its losses
+    importlib.import_module(f"{__name__}.{_module.name}")
