@@ -55,8 +55,6 @@ class SurrogateChange:
     """``train/<metric>``: the fraction of the loss tokens ``gradient`` acted on."""
     topk: Callable[[Any], int] | None = None
     """How many top-K log-probs (with gradient) the update's forward must return: ``topk(args)``."""
-    needs_entropy: bool = False
-    """Reads the current policy's entropy in the update."""
     check: Callable[[Any, Any], None] | None = None
     """``check(args, algo)``: refuse a combination with the rest of the ``algo`` group at start-up."""
 

@@ -21,5 +21,4 @@ def entropy_ratio_clip(args: ErcArgs, loss_tok: Tensor, entropy: Tensor | None,
     return torch.where(kept, loss_tok, loss_tok.detach()), ~kept
 
 
-register(SurrogateChange("erc", ErcArgs, needs_ppo_clip=False, gradient=entropy_ratio_clip, metric="erc_clipfrac",
-                         needs_entropy=True))
+register(SurrogateChange("erc", ErcArgs, needs_ppo_clip=False, gradient=entropy_ratio_clip, metric="erc_clipfrac"))
