@@ -13,7 +13,9 @@ dose* instead of getting a verdict (:mod:`studies.verdicts`). Per run (:func:`do
   \\|λ\\| at ``lam_max``): REPO's ``control/repo_lambda``;
 * ``m_neg_frac``, ``m_pos_frac``, ``m_active_frac``: the fraction of iterations (each as many optimizer steps)
   with Entrocraft's direction m = −1, +1, ≠ 0 (``control/direction``); ``kept_frac`` the mean
-  ``control/entrocraft_kept_frac`` and ``dropped_frac = 1 − kept_frac`` (paper mode's rejected rows).
+  ``control/entrocraft_kept_frac`` and ``dropped_frac = 1 − kept_frac`` (paper mode's rejected rows);
+* every dose declared with a ``tag``: the mean of that tag over the run, under the dose's key (STARE's fraction of
+  tokens reweighted, AEPO's fraction of rows replaced, TOPR's fraction of tokens truncated).
 
 Per method, :data:`METHOD_DOSE` names the one of them that is *the* dose (the ``dose`` column) and the
 threshold under which the method counts as not tested; each kind of method declares it where it is registered
@@ -26,7 +28,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.callbacks import CONTROLLERS, Dose
+from lit_entropy.callbacks import CONTROLLERS
+from lit_entropy.dose import Dose
+from lit_entropy.objectives.losses import LOSSES
 from lit_entropy.objectives.registry import SELECTION_RULES
 
 DoseRule = Dose
@@ -42,9 +46,12 @@ def method_doses() -> dict[str, Dose]:
     """Every method's dose, from where each kind of method is registered: a selection rule's is the fraction of
     response tokens its mask acts on (``train/masked_frac_<rule>``, :data:`~lit_entropy.objectives.registry.
     SELECTION_RULES`); a controller's is its class's own (:attr:`~lit_entropy.callbacks.base.EntropyController.
-    methods`); DAPO's, an objective preset's clip-higher, the fraction of tokens at the upper clip."""
+    methods`); a policy loss's its entry's (:attr:`~lit_entropy.objectives.losses.PolicyLoss.dose`, under the loss's
+    name, which is its preset's); DAPO's, an objective preset's clip-higher, the fraction of tokens at the upper
+    clip."""
     doses = {name: Dose("sel_frac", f"fraction of response tokens {_VERB[rule.effect]} (train/masked_frac_{name})")
              for name, rule in SELECTION_RULES.items()}
+    doses.update({name: loss.dose for name, loss in LOSSES.items() if loss.dose is not None})
     doses["dapo"] = Dose("clipfrac_high", "fraction of tokens at the upper clip (train/clipfrac_high)")
     for cls in CONTROLLERS.values():
         doses.update({m: d for m, d in cls.methods.items() if d is not None})
@@ -123,6 +130,7 @@ def dose_metrics(s: dict[str, list[float]], cfg: dict[str, Any] | None = None) -
         "dropped_frac": 1.0 - kept if kept is not None else None,
         "pic_alpha_mean": _mean([abs(x) for x in s["control/pic_alpha"]]) if s.get("control/pic_alpha") else None,
         "entropy_coef_mean": _mean(s.get("control/entropy_coef")),
+        **{d.key: _mean(s.get(d.tag)) for d in METHOD_DOSE.values() if d.tag is not None},
     }
 
 

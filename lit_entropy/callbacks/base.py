@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 
+from lit_entropy.dose import Dose
 from lit_entropy.rollout.batch import RolloutBatch
 from lit_entropy.schedules import BandSchedule, Schedule, parse_schedule, probe_points, progress
 
@@ -115,17 +116,6 @@ def build_target(spec: Any) -> str | Schedule | BandSchedule:
     if isinstance(spec, BandSchedule):
         return spec
     return parse_schedule(spec, f"{CONFIG_PATH}.target")
-
-
-@dataclass(frozen=True)
-class Dose:
-    """How much a method's lever acted over a run, for the studies' *not tested at this dose* rule: a run-summary
-    key of :func:`studies.dose.dose_metrics` (read from the ``control/*`` or ``train/*`` tags the
-    method logs), what it measures, and the level under which the method counts as not tested."""
-
-    key: str
-    what: str
-    threshold: float = 1e-3
 
 
 CONTROLLERS: dict[str, type[EntropyController]] = {}

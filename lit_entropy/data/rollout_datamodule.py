@@ -16,6 +16,7 @@ too; the module deals each minibatch's micro-batches out to the ranks.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import defaultdict
@@ -219,20 +220,46 @@ class RolloutDataModule(pl.LightningDataModule):
             mine = self.sampler.sample(prompts[first:last], prompt_ids[first:last], G, seed, first_index=first)
         else:
             prompts, prompt_ids, mine = pre
-        metrics["time/generate"] += mine.time_generate
-        t0 = time.perf_counter()
-        parts = dist.gather_objects((mine.generations, mine.rewards, mine.texts, mine.errors))  # rank order
-        gens = [per_prompt for p in parts for per_prompt in p[0]]
-        scores = [s for p in parts for s in p[1]]
-        texts = [t for p in parts for t in p[2]]
-        errors = sum(p[3] for p in parts)
-        metrics["time/score"] += mine.time_score + time.perf_counter() - t0
+        gens, scores, texts, errors = self._gather(mine, metrics)
         batch = build_batch(prompt_ids, gens, scores, G, pad_id=tok.pad_id)
         round_metrics = rollout_metrics(batch, [g for per in gens for g in per], texts,
                                         self.sampler.reward.correct_threshold)
         groups = [Group(p, ids, g, scores[i * G : (i + 1) * G], texts[i * G : (i + 1) * G])
                   for i, (p, ids, g) in enumerate(zip(prompts, prompt_ids, gens, strict=True))]
         return groups, round_metrics, errors
+
+    @staticmethod
+    def _gather(mine: Any, metrics: dict) -> tuple[list[list[Generation]], list[float], list[str], int]:
+        """Every rank's scored samples in rank order (generations per prompt, rewards, texts, reward errors)."""
+        metrics["time/generate"] = metrics.get("time/generate", 0.0) + mine.time_generate
+        t0 = time.perf_counter()
+        parts = dist.gather_objects((mine.generations, mine.rewards, mine.texts, mine.errors))  # rank order
+        gens = [per_prompt for p in parts for per_prompt in p[0]]
+        scores = [s for p in parts for s in p[1]]
+        texts = [t for p in parts for t in p[2]]
+        metrics["time/score"] = metrics.get("time/score", 0.0) + mine.time_score + time.perf_counter() - t0
+        return gens, scores, texts, sum(p[3] for p in parts)
+
+    def sample_extra(self, tok: Any, iteration: int, temperature: float, prompt_frac: float, label: str,
+                     metrics: dict[str, float]) -> RolloutBatch:
+        """G more completions for each of the first ``⌈prompt_frac·P⌉`` prompts of this iteration's first round,
+        sampled at ``temperature`` from the engine's current weights and scored (AEPO's temperature-adjusted draw;
+        not yet through the pre-update pass). ``label`` names its own sampling seed, so the iteration's batch is
+        unchanged by it; its times go to ``metrics`` (``time/generate``, ``time/score``)."""
+        prompts, prompt_ids, _, _, _ = self._round_inputs(tok, iteration, 0)
+        n = max(1, math.ceil(prompt_frac * len(prompts)))
+        prompts, prompt_ids = prompts[:n], prompt_ids[:n]
+        first, last = dist.shard_bounds(n)
+        seed = random.Random(f"{self.seed}:{label}:{iteration}").randrange(2**30)
+        G = self.batch.group_size
+        sampler = self.sampler.with_sampling(temperature=temperature)
+        mine = sampler.sample(prompts[first:last], prompt_ids[first:last], G, seed, first_index=first)
+        gens, scores, texts, errors = self._gather(mine, metrics)
+        batch = build_batch(prompt_ids, gens, scores, G, pad_id=tok.pad_id)
+        batch.prompts = [p.text for p in prompts for _ in range(G)]
+        batch.completions = texts
+        batch.metrics["rollout/reward_errors"] = float(errors)
+        return batch
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def encode_prompt(self, tok: Any, text: str) -> list[int]:

@@ -11,7 +11,7 @@ optimizer steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -93,6 +93,44 @@ class RolloutBatch:
     def select(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """Rows ``index`` of every per-row tensor, as a plain dict (a minibatch for the update)."""
         return {k: v[index] for k, v in self.tensor_fields().items()}
+
+    def take(self, index: torch.Tensor) -> RolloutBatch:
+        """A batch of rows ``index`` (every tensor field, the texts; no metrics)."""
+        idx = index.tolist()
+        return replace(self, **self.select(index), metrics={},
+                       prompts=[self.prompts[i] for i in idx] if len(self.prompts) == self.batch_size else [],
+                       completions=[self.completions[i] for i in idx] if len(self.completions) == self.batch_size
+                       else [])
+
+    def replace_rows(self, rows: RolloutBatch, pad_id: int) -> None:
+        """Put ``rows`` in place of this batch's first ``rows.batch_size`` rows, every tensor field and the texts
+        (AEPO's regulariser rows). Both sides are right-padded to the wider one's length first (``input_ids`` with
+        ``pad_id``, masks with False, the rest with 0). Every tensor field set here must be set on ``rows``."""
+        k = rows.batch_size
+        if k > self.batch_size:
+            raise ValueError(f"{k} rows cannot replace rows of a batch of {self.batch_size}")
+        width = max(self.input_ids.shape[1], rows.input_ids.shape[1])
+
+        def padded(name: str, v: torch.Tensor) -> torch.Tensor:
+            if v.dim() < 2 or v.shape[1] == width:
+                return v
+            fill = pad_id if name == "input_ids" else (False if v.dtype == torch.bool else 0)
+            return torch.nn.functional.pad(v, (0, width - v.shape[1]), value=fill)
+
+        for name, v in self.tensor_fields().items():
+            new = getattr(rows, name)
+            if not isinstance(new, torch.Tensor):
+                raise ValueError(f"the replacing rows have no {name}, which the batch has")
+            v, new = padded(name, v), padded(name, new)
+            if new.shape[1:] != v.shape[1:]:
+                raise ValueError(f"{name}: rows of shape {tuple(new.shape[1:])} cannot replace {tuple(v.shape[1:])}")
+            v = v.clone()
+            v[:k] = new.to(dtype=v.dtype, device=v.device)
+            setattr(self, name, v)
+        if len(self.prompts) == self.batch_size and len(rows.prompts) == k:
+            self.prompts[:k] = rows.prompts
+        if len(self.completions) == self.batch_size and len(rows.completions) == k:
+            self.completions[:k] = rows.completions
 
     def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> list[dict]:
         """Kept rows shuffled and split into ``num_minibatches`` nearly equal minibatches.

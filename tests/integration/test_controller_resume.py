@@ -51,7 +51,7 @@ def _same(a, b) -> bool:
 
 def test_every_controller_config_is_covered():
     assert set(CONTROLLERS) >= {"none", "entrocraft", "entrocraft_hard", "adapo", "repo_r", "repo_d",
-                                "adaptive_bonus", "entropic", "gppo_beta"}
+                                "adaptive_bonus", "entropic", "gppo_beta", "stare", "aepo"}
 
 
 @pytest.mark.parametrize("name", CONTROLLERS)

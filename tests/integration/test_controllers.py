@@ -22,6 +22,8 @@ CONTROLLERS = {
     "adaptive_bonus": "control/entropy_coef",
     "entropic": "control/pic_alpha",
     "gppo_beta": "control/gppo_beta_high",
+    "stare": "control/stare_gate",
+    "aepo": "control/aepo_temperature",
 }
 NEEDS = {"gppo_beta": ["algo=ce_gppo"]}  # the objective a controller's knob needs
 
@@ -59,6 +61,34 @@ def test_each_controller_moves_its_knob_toward_more_entropy_below_target(tmp_pat
         assert values[0] < values[1] < values[2], values
     else:
         assert all(v < 0 for v in values), values
+
+
+GATED = {  # the controllers that act only on one side of the target: what they log below it and above it
+    "stare": (["callbacks.entropy.top_frac=0.5"], "control/stare_reweighted_frac"),
+    "aepo": (["callbacks.entropy.prompt_frac=1.0", "callbacks.entropy.rows_frac=0.25"], "control/aepo_rows_frac"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATED))
+def test_gated_controllers_act_under_their_target_and_not_over_it(tmp_path, harness, name):
+    """STARE reweights only while the entropy is under its target; AEPO draws at t_high (all its rows) under it and
+    at t_low (half of them) over it. A real draw, pre-update pass and update on the lab, each side of the target."""
+    extra, dose = GATED[name]
+    runs = {side: harness.fit([f"callbacks/entropy={name}", "rollout=hf", f"callbacks.entropy.target={target}",
+                               *extra], tmp_path, name=side).scalars
+            for side, target in (("under", 1.5), ("over", 0.01))}
+    under, over = ([v for _, v in sorted(runs[side][dose])] for side in ("under", "over"))
+    assert len(under) == len(over) == 3
+    assert all(math.isfinite(v) for side in runs.values() for _, v in side["train/loss"])
+    if name == "stare":
+        assert all(v > 0 for v in under), under  # the gate is open and picks tokens every iteration
+        assert over == [0.0] * 3
+        assert {v for _, v in runs["under"]["control/stare_gate"]} == {1.0}
+    else:
+        assert [v for _, v in runs["under"]["control/aepo_temperature"]] == pytest.approx([1.2] * 3)  # float32 logs
+        assert [v for _, v in runs["over"]["control/aepo_temperature"]] == pytest.approx([0.8] * 3)
+        assert sum(under) > 0, under  # rows better than their group entered the batch
+        assert all(v <= 0.125 + 1e-9 for v in over), over  # at most half of the 25 %
 
 
 @pytest.mark.slow  # a measurement of the lever (~2 min, two 6-iteration runs of the full lab), not a guard

@@ -22,6 +22,8 @@ STUDIES_MAY_IMPORT = {
     "lit_entropy.callbacks",  # CONTROLLERS and their Dose
     "lit_entropy.config_path",
     "lit_entropy.diagnostics.entropy_law",
+    "lit_entropy.dose",  # Dose, what every kind of method declares
+    "lit_entropy.objectives.losses",  # LOSSES and their Dose
     "lit_entropy.log_steps",
     "lit_entropy.objectives.registry",  # SELECTION_RULES
     "lit_entropy.train",  # instantiate_callbacks, for a protocol's preview

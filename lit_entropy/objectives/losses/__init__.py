@@ -18,6 +18,8 @@ from typing import Any
 
 from torch import Tensor
 
+from lit_entropy.dose import Dose
+
 
 @dataclass(frozen=True)
 class PolicyLoss:
@@ -32,6 +34,9 @@ class PolicyLoss:
     per_sequence: bool = False
     """One ratio per sequence (GSPO): the rules on per-token ratios are refused, and the surrogate changes see
     the plain log-probs."""
+    dose: Dose | None = None
+    """How much the loss acted in a run (what the studies' *not tested at this dose* rule reads); None: the loss is
+    judged as it is (CISPO, SAPO, DPPO: no lever to measure)."""
 
     def surrogate(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
                   eps_high: float, knobs: Mapping[str, Any] | None = None, dual_clip: float | None = None,
