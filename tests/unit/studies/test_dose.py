@@ -125,3 +125,18 @@ def test_a_new_controller_brings_its_dose_method_name_and_refusals_as_class_data
     with pytest.raises(ValueError, match=r"TwoModes cannot act under algo.loss=cispo \(algo=cispo\)"):
         check_controllers_and_algo([TwoModes()], SimpleNamespace(loss="cispo", name="cispo"))
     check_controllers_and_algo([TwoModes()], SimpleNamespace(loss="ppo", name="grpo"))
+
+
+def test_doses_declared_with_a_tag_are_that_tags_run_mean() -> None:
+    """STARE, AEPO (controllers) and TOPR (a policy loss) declare their dose with the tag it is the mean of; the
+    study reads it without a line of its own for each (studies/dose.py)."""
+    from studies.dose import METHOD_DOSE
+
+    for method, tag in {"stare": "control/stare_reweighted_frac", "aepo": "control/aepo_rows_frac",
+                        "topr": "train/clipfrac_low"}.items():
+        rule = METHOD_DOSE[method]
+        assert rule.tag == tag
+        d = dose_metrics({tag: [0.0, 0.02, 0.04]})
+        assert d[rule.key] == pytest.approx(0.02)
+        assert method_dose(method, d) == pytest.approx(0.02)
+    assert dose_metrics({})["stare_reweighted_frac"] is None  # not logged: no dose

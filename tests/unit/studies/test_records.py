@@ -136,4 +136,4 @@ def test_the_shipped_records_give_the_verdicts_docs_results_reports(tmp_path: Pa
     page = (ROOT / "docs" / "results.md").read_text()
     table = page[page.index("| method | dose | claim | Δ vs GRPO 2.5e-4 |"):].split("\n\n")[0].splitlines()[2:]
     assert [cells(r) for r in table] == expected
-    assert len(expected) == 36  # ten methods with three claims, SAPO, DPPO-TV, DPPO-KL, Lite PPO one, MaxRL two
+    assert len(expected) == 43  # twelve methods with three claims, SAPO, DPPO-TV, DPPO-KL, Lite PPO, TOPR one, MaxRL two
