@@ -72,18 +72,22 @@ def test_the_collapse_protocol_has_the_issues_grids_and_fresh_evaluation_seeds()
     assert grids["clip_b"] == {"algo.selection_args.mu": [1.5, 2.0, 2.5, 3.0]}
     assert grids["grpo"] == {"optim.lr": [2.5e-4, 5e-4, 1e-3]}
     assert grids["cispo"] == {"algo.eps_high": [2.0, 4.0]} and not p.methods["sapo"].grid  # the 2026 objectives
-    assert len(p.all_points()) == 35 and len(p.tuning_seeds) == 2
-    assert len(p.tuning_points()) == 28  # the six one-setting methods are not tuned
+    assert grids["stare"] == {"callbacks.entropy.target": [0.3, 0.45], "callbacks.entropy.w": [1.1, 1.5]}
+    assert grids["aepo"] == {"callbacks.entropy.target": [0.25, 0.4],
+                             "callbacks.entropy.rows_frac": [0.0234375, 0.09375]}
+    assert not p.methods["topr"].grid  # issue 50's methods
+    assert len(p.all_points()) == 44 and len(p.tuning_seeds) == 2
+    assert len(p.tuning_points()) == 36  # the seven one-setting methods are not tuned
     assert len(p.evaluation_seeds) >= 5 and not set(p.tuning_seeds) & set(p.evaluation_seeds)
     assert p.criterion == ["pass@1", "pass@64"] and p.baseline == "grpo"
     assert p.interval.kind == "bootstrap" and p.interval.resamples == 10_000
-    assert len({pt.name for pt in p.all_points()}) == 34  # each its own run folder; the control is named like lr 5e-4
+    assert len({pt.name for pt in p.all_points()}) == 43  # each its own run folder; the control is named like lr 5e-4
 
 
 def test_every_cell_of_the_collapse_protocol_composes_and_builds() -> None:
     """Each override is a real config key (Hydra refuses others) and each value passes start-up checks."""
     p = load_protocol(COLLAPSE)
-    assert check_points(p, p.all_points()) == 35
+    assert check_points(p, p.all_points()) == 44
 
 
 def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
@@ -178,12 +182,12 @@ def test_the_report_names_the_labels_the_other_interval_would_change(tmp_path: P
 def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path) -> None:
     p = load_protocol(COLLAPSE)
     text = dry_run(p, "tune", tmp_path, ROOT / "scripts" / "train.py")
-    assert "56 runs (28 cells x 2 seeds)" in text
-    assert "(one setting, not tuned: entrocraft_hard, sapo, dppo_tv, dppo_kl, maxrl, lite_ppo)" in text
+    assert "72 runs (36 cells x 2 seeds)" in text
+    assert "(one setting, not tuned: entrocraft_hard, sapo, dppo_tv, dppo_kl, maxrl, lite_ppo, topr)" in text
     assert "algo=kl_cov callbacks/entropy=none" in text and "algo.selection_args.k=0.05 algo.selection_args.beta=20.0" in text
     assert "algo=dapo callbacks/entropy=adapo" in text and "batch.ppo_epochs=2 callbacks.entropy.eps_max=0.8" in text
     text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")  # before tuning: one pick per method
-    assert "no " in text and "85 runs (17 cells x 5 seeds)" in text
+    assert "no " in text and "100 runs (20 cells x 5 seeds)" in text
     assert "grpo: control at optim.lr=0.0005" in text
 
 
