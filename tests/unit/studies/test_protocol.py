@@ -282,7 +282,7 @@ def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_pa
     assert points[-1].overrides[-2:] == ("precision=fp32", "correction=none")
     plan = p.plan(points, p.all_evaluation_seeds())
     assert (plan.eval_final_n, plan.eval_final_ks, plan.iterations) == (64, (1, 8, 64), 60)
-    assert len(plan.runs()) == 5 + 8 * 3 + 5  # GRPO and its control on five seeds, the other eight on three
+    assert len(plan.runs()) == 5 + 9 * 3 + 5  # GRPO and its control on five seeds, the other nine on three (STARE since issue 50)
     assert check_points(p, points) == len(points)
 
 
