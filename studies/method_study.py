@@ -250,6 +250,7 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
     return {
         "h_final": h[-1],
         "h_min": min(h),
+        "stopped_at": stopped_at(raw),
         "acc_last5": statistics.mean(acc[-5:]),
         "acc_last20": statistics.mean(acc[-20:]),
         "acc_peak20": max(moving_mean(acc, 20)),
@@ -269,6 +270,12 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "masked": statistics.mean(masked) if masked else None,
         **dose_metrics(s, run_config(folder)),
     }
+
+
+def stopped_at(raw: dict[str, list[tuple[int, float]]]) -> int | None:
+    """The iteration where ``callbacks/stop=diverged`` ended the run (its ``stop/diverged`` step), or None."""
+    points = raw.get("stop/diverged")
+    return int(points[0][0]) if points else None
 
 
 SPLITS = {"ho": ("held_out", "held-out"), "tr": ("transfer", "transfer")}
@@ -330,7 +337,7 @@ def law_ceiling(entropy: list[float], accuracy: list[float], fraction: float = L
 MASKED_TAGS = ("rollout_corr/frac_masked", "rollout_corr/frac_rejected", "rollout_corr/frac_opsm")
 """What a correction took out of the loss (fractions; summed per iteration)."""
 
-COLUMNS = {"h_final": "H final", "h_min": "H min", "acc_last5": "acc (last 5)", "acc_last20": "acc (last 20)",
+COLUMNS = {"h_final": "H final", "h_min": "H min", "stopped_at": "stopped (diverged) at", "acc_last5": "acc (last 5)", "acc_last20": "acc (last 20)",
            "acc_peak20": "acc (best 20)", "pass@1": "pass@1", "pass@8": "pass@8", "pass@16": "pass@16",
            "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling", "law_r2": "law R²",
            "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",

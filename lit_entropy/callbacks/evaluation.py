@@ -1,6 +1,7 @@
 """PeriodicEvalCallback — the optional in-training validation loop.
 
-Every ``every_n_iterations`` RL iterations (and after the last one; with ``at_start`` also once before the
+Every ``every_n_iterations`` RL iterations (and after the last one, or the one where a callback such as
+``callbacks/stop=diverged`` set ``trainer.should_stop``; with ``at_start`` also once before the
 first update, logged at step 0, so a curve starts from the policy training began with) it samples ``n`` completions for
 each of ``num_problems`` evaluation problems with the run's own sampler (engine, top_p and stop strings as
 in training; ``temperature`` and ``max_new_tokens`` may differ) and scores them with the task's reward. An
@@ -73,7 +74,8 @@ class PeriodicEvalCallback(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After iteration k = ``current_epoch + 1``: logged with the iteration's values, at step k."""
         it = trainer.current_epoch
-        last = trainer.max_epochs is not None and it + 1 >= trainer.max_epochs
+        # The last iteration: the run's end, or one where a callback stopped it (callbacks/stop=diverged).
+        last = (trainer.max_epochs is not None and it + 1 >= trainer.max_epochs) or trainer.should_stop
         if (it + 1) % self.every and not last:
             return
         n, ks = (self.final_n, self.final_ks) if last else (self.n, self.ks)

@@ -33,7 +33,7 @@ def test_default_composition_has_every_group():
 
 @pytest.mark.parametrize("group", ["algo", "correction", "optim", "rollout", "reward", "batch", "data", "model", "module", "precision",
                                    "trainer", "logger", "debug", "experiment", "callbacks/entropy",
-                                   "callbacks/diagnostics", "callbacks/eval", "callbacks/law"])
+                                   "callbacks/diagnostics", "callbacks/eval", "callbacks/law", "callbacks/stop"])
 def test_every_option_composes(group):
     names = options(group)
     assert names, f"no options in conf/{group}"

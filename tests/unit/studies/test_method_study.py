@@ -50,6 +50,15 @@ def test_run_summary_reads_each_column(tmp_path: Path) -> None:
     assert s["pass@1"] == pytest.approx(0.25) and s["pass@8"] == pytest.approx(0.75)
     assert s["band_error"] == pytest.approx(statistics.mean([0.1, 0.0, 0.0, 0.2]))  # the second half
     assert s["s_per_it"] == pytest.approx(2.0)
+    assert s["stopped_at"] is None  # ran to its end
+
+
+def test_run_summary_says_where_a_diverged_run_was_stopped(tmp_path: Path) -> None:
+    _write_run(tmp_path, [2.0, 4.5, 5.0, 6.0], [0.0] * 4)
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    writer.add_scalar("stop/diverged", 1.0, 4)
+    writer.close()
+    assert run_summary(tmp_path)["stopped_at"] == 4
 
 
 def test_table_ranks_cells_and_aggregates_seeds(tmp_path: Path) -> None:
