@@ -97,9 +97,20 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
                  "labels.\n\n" + seed_claims_table(judge_seed_claims(protocol.seed_claims, cells, protocol.interval,
                                                                     dose_of)))
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
-    return "\n\n".join(x for x in (table.split("\n\n")[0], legend, verdict_report(verdicts, protocol.baseline,
+    return "\n\n".join(x for x in (table.split("\n\n")[0], stopped_line(runs), legend, verdict_report(verdicts, protocol.baseline,
                                                                                    protocol.interval),
                                     sensitivity(verdicts, check, other.kind), *against, seeds, lab) if x)
+
+
+def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """The runs ``callbacks/stop=diverged`` ended early (each summary's ``stopped_at``), or "" when none was: their
+    columns are read at the stop, the final evaluation included."""
+    stopped = [f"{cell} seed {seed} after iteration {s['stopped_at']}" for cell, seeds in sorted(runs.items())
+               for seed, s in sorted(seeds.items()) if s.get("stopped_at") is not None]
+    if not stopped:
+        return ""
+    return ("**Stopped as diverged** (`callbacks/stop=diverged`; their columns are read at the stop, the final "
+            "evaluation included): " + "; ".join(stopped) + ".")
 
 
 def lab_table(protocol: Protocol, verdicts: list[Verdict]) -> str:

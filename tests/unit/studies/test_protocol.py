@@ -167,6 +167,21 @@ def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> No
     assert "With a paired t interval instead of the declared one, no label changes." in report
 
 
+def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
+    p = _tiny(tmp_path)
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
+    for seed in (0, 1, 2):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.0, 0.0, masked=0.02)
+    assert "Stopped as diverged" not in evaluation_report(p, picks, tmp_path)
+    writer = SummaryWriter(str(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", 1) / "tensorboard"))
+    writer.add_scalar("stop/diverged", 1.0, 2)
+    writer.close()
+    report = evaluation_report(p, picks, tmp_path)
+    assert "**Stopped as diverged** (`callbacks/stop=diverged`" in report
+    assert ": clip_cov-rho0.01 seed 1 after iteration 2." in report
+
+
 def test_the_report_names_the_labels_the_other_interval_would_change(tmp_path: Path) -> None:
     """Differences +0.30, +0.01, +0.02: every bootstrap mean is > 0 (reproduced), the t interval reaches below 0."""
     p = _tiny(tmp_path)
@@ -272,6 +287,7 @@ def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_pa
     p = load_protocol(CONF / "protocol" / "real_lm.yaml")
     assert [pt.name for pt in p.tuning_points()] == ["grpo-lr2e-05", "grpo-lr5e-05"] and p.tuning_seeds == [100]
     assert p.calibrate == ["optim.lr"] and p.seeds_of("grpo") == [0, 1, 2, 3, 4] and p.seeds_of("dapo") == [0, 1, 2]
+    assert "callbacks/stop=diverged" in p.overrides  # the amendment: a diverged run stops (docs/real_lm_study.md)
     tune = p.plan(p.tuning_points(), p.tuning_seeds, phase="tune")
     assert (tune.eval_final_n, tune.eval_final_ks) == (8, (1, 8))
     picks = pick(p, tmp_path)  # no tuning run yet: the one-setting methods only
