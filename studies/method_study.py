@@ -260,6 +260,7 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "pass@64": last("eval/pass@64"),
         "pass@64_peak": peak("eval/pass@64"),
         **split_metrics(s),
+        **mid_split_metrics(raw),
         **predicted_entropy_change(raw),
         "law_ceiling": law_ceiling(h, acc),
         "law_r2": law_ceiling(h, acc, fraction=1.0, what="r2"),
@@ -291,6 +292,23 @@ def split_metrics(s: dict[str, list[float]]) -> dict[str, float | None]:
     """The last evaluation's value of each split metric (None where the run did not log it)."""
     return {f"{p}_{m}": (s.get(f"eval/{split}/{mode}/{tag}") or [None])[-1]
             for p, (split, _) in SPLITS.items() for m, (mode, tag, _) in SPLIT_METRICS.items()}
+
+
+MID_METRICS = ("greedy", "pass@1", "pass@8")
+"""The split metrics also read at the run's middle evaluation (``<prefix>_<metric>_mid``)."""
+
+
+def mid_split_metrics(raw: dict[str, list[tuple[int, float]]]) -> dict[str, float | None]:
+    """The first evaluation during training (after step 0, before the last evaluation) of each of
+    :data:`MID_METRICS` per split: where a protocol evaluating every 30 of 60 iterations reads the middle of a
+    run, near where GRPO's entropy has collapsed. None where the run logged no such evaluation."""
+    out: dict[str, float | None] = {}
+    for p, (split, _) in SPLITS.items():
+        for m in MID_METRICS:
+            mode, tag, _ = SPLIT_METRICS[m]
+            during = [v for step, v in raw.get(f"eval/{split}/{mode}/{tag}", []) if step > 0]
+            out[f"{p}_{m}_mid"] = during[0] if len(during) > 1 else None
+    return out
 
 
 def predicted_entropy_change(raw: dict[str, list[tuple[int, float]]]) -> dict[str, float | None]:
@@ -343,6 +361,7 @@ COLUMNS = {"h_final": "H final", "h_min": "H min", "stopped_at": "stopped (diver
            "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
            "masked": "masked frac", "dh_corr": "corr(dH pred, dH)", "dh_sign": "dH sign agrees",
            **{f"{p}_{m}": f"{name} {head}" for p, (_, name) in SPLITS.items() for m, (*_, head) in SPLIT_METRICS.items()},
+           **{f"{p}_{m}_mid": f"{name} {SPLIT_METRICS[m][2]} (mid)" for p, (_, name) in SPLITS.items() for m in MID_METRICS},
            **DOSE_COLUMNS}
 """Every column a run summary has, and its heading (``dose``: the cell's method's dose, studies/dose.py)."""
 DEFAULT_COLUMNS = ("h_final", "acc_last5", "pass@1", "pass@8", "band_error", "s_per_it", "dose")

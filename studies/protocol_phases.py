@@ -23,7 +23,7 @@ from studies.protocol import (
     pick,
     picked_points,
 )
-from studies.seed_claims import judge_seed_claims, seed_claims_table
+from studies.seed_claims import judge_seed_claims, law_table, seed_claims_table
 from studies.verdicts import IntervalRule, Verdict, judge, verdict_report
 
 
@@ -96,6 +96,9 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
                  "(its per-seed values minus the level) or against another cell (paired by seed), the same interval and "
                  "labels.\n\n" + seed_claims_table(judge_seed_claims(protocol.seed_claims, cells, protocol.interval,
                                                                     dose_of)))
+        law = law_table(protocol.seed_claims, cells)
+        if law:
+            seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
     return "\n\n".join(x for x in (table.split("\n\n")[0], stopped_line(runs), legend, verdict_report(verdicts, protocol.baseline,
                                                                                    protocol.interval),

@@ -97,3 +97,24 @@ def seed_claims_table(verdicts: list[SeedVerdict]) -> str:
         lines.append(f"| {c.seed} | {c.text} | {c.method} | {c.metric} {sign} | {c.reference} | {len(v.seeds)} | "
                      f"{mean} | {ci} | **{v.label}** | {v.reason} |")
     return "\n".join(lines)
+
+
+def law_table(claims: list[SeedClaim], runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """Seed 001's law per run of each cell whose claim reads ``law_r2``: the fit's R² over the whole run, the
+    ceiling the fit on the first third predicts for H = 0 (``law_ceiling``, b − a) beside the measured accuracy of
+    the last 20 iterations and the final entropy; "" when no claim reads the law."""
+    cells = list(dict.fromkeys(c.method for c in claims if c.metric == "law_r2"))
+    lines = ["| cell | seed | law R² (whole run) | predicted ceiling (fit on the first third) | measured acc (last 20) | "
+             "ceiling − measured | H final |", "|---|---|---|---|---|---|---|"]
+
+    def f(x: Any, fmt: str = ".3f") -> str:
+        return "—" if x is None else format(x, fmt)
+
+    for cell in cells:
+        for seed, r in sorted(runs.get(cell, {}).items()):
+            ceil, acc = r.get("law_ceiling"), r.get("acc_last20")
+            gap = None if ceil is None or acc is None else ceil - acc
+            lines.append(f"| {cell} | {seed} | {f(r.get('law_r2'))} | {f(ceil)} | {f(acc)} | {f(gap, '+.3f')} | "
+                         f"{f(r.get('h_final'))} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+

@@ -280,8 +280,10 @@ def test_a_task_with_splits_gives_each_splits_last_evaluation(tmp_path: Path) ->
     s = run_summary(tmp_path)
     assert (s["ho_greedy"], s["ho_pass@64"], s["ho_length"], s["tr_pass@1"]) == (0.25, 0.75, 40.0, 0.125)
     assert s["ho_pass@1"] is None and s["tr_greedy"] is None  # not logged: None, never 0
-    table, _ = summarise(StudyPlan(["grpo"], ["none"], seeds=[0]), tmp_path, ("ho_greedy", "tr_pass@1"))
-    assert "held-out greedy pass@1 | transfer pass@1" in table
+    assert (s["ho_greedy_mid"], s["tr_pass@1_mid"]) == (0.125, 0.0625)  # the evaluation along the way
+    assert s["ho_pass@8_mid"] is None
+    table, _ = summarise(StudyPlan(["grpo"], ["none"], seeds=[0]), tmp_path, ("ho_greedy", "tr_pass@1", "ho_greedy_mid"))
+    assert "held-out greedy pass@1 | transfer pass@1 | held-out greedy pass@1 (mid)" in table
 
 
 def test_the_predicted_entropy_change_is_paired_with_the_next_iterations_realised_one() -> None:

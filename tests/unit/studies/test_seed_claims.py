@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studies.seed_claims import SeedClaim, judge_seed_claims, seed_claims_table
+from studies.seed_claims import SeedClaim, judge_seed_claims, law_table, seed_claims_table
 from studies.verdicts import IntervalRule
 
 T = IntervalRule(kind="t")
@@ -52,3 +52,13 @@ def test_a_cell_without_its_dose_is_not_tested_and_one_seed_gets_no_verdict():
 def test_a_malformed_claim_names_itself(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SeedClaim("003", "correlates", "grpo", "dh_corr", **kwargs)
+
+
+def test_the_law_table_sets_each_runs_predicted_ceiling_beside_its_measured_end():
+    claims = [SeedClaim("001", "law fits", "grpo", "law_r2", above=0.5),
+              SeedClaim("003", "correlates", "grpo", "dh_corr", above=0.0)]
+    runs = {"grpo": {1: {"law_r2": 0.8, "law_ceiling": 0.7, "acc_last20": 0.5, "h_final": 0.1},
+                     0: {"law_r2": 0.6, "law_ceiling": None, "acc_last20": 0.4, "h_final": 0.2}}}
+    rows = law_table(claims, runs).splitlines()
+    assert rows[2:] == ["| grpo | 0 | 0.600 | — | 0.400 | — | 0.200 |", "| grpo | 1 | 0.800 | 0.700 | 0.500 | +0.200 | 0.100 |"]
+    assert law_table(claims[1:], runs) == ""  # no claim reads the law
