@@ -221,6 +221,14 @@ def seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float |
     return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
 
+def median_seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float | None:
+    """Median wall-clock seconds between consecutive iterations' ``tag`` events: the time of a training iteration
+    in a run that was interrupted and resumed (the mean would count the time between sessions) or evaluated along
+    the way (a few long intervals the median leaves out)."""
+    times = wall_times(folder, tag)
+    return statistics.median(b - a for a, b in zip(times, times[1:], strict=False)) if len(times) > 1 else None
+
+
 _SUMMARIES: dict[tuple, dict[str, float | None] | None] = {}
 
 
@@ -266,6 +274,7 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "law_r2": law_ceiling(h, acc, fraction=1.0, what="r2"),
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
         "s_per_it": seconds_per_iteration(folder),
+        "s_per_it_median": median_seconds_per_iteration(folder),
         "mismatch": mean("diag/logp_mismatch_mean"),
         "ess": mean("rollout_corr/ess"),
         "masked": statistics.mean(masked) if masked else None,
@@ -358,7 +367,7 @@ MASKED_TAGS = ("rollout_corr/frac_masked", "rollout_corr/frac_rejected", "rollou
 COLUMNS = {"h_final": "H final", "h_min": "H min", "stopped_at": "stopped (diverged) at", "acc_last5": "acc (last 5)", "acc_last20": "acc (last 20)",
            "acc_peak20": "acc (best 20)", "pass@1": "pass@1", "pass@8": "pass@8", "pass@16": "pass@16",
            "pass@64": "pass@64", "pass@64_peak": "pass@64 peak", "law_ceiling": "law ceiling", "law_r2": "law R²",
-           "band_error": "band err", "s_per_it": "s/it", "mismatch": "mismatch (nats)", "ess": "ESS",
+           "band_error": "band err", "s_per_it": "s/it", "s_per_it_median": "s/it (median)", "mismatch": "mismatch (nats)", "ess": "ESS",
            "masked": "masked frac", "dh_corr": "corr(dH pred, dH)", "dh_sign": "dH sign agrees",
            **{f"{p}_{m}": f"{name} {head}" for p, (_, name) in SPLITS.items() for m, (*_, head) in SPLIT_METRICS.items()},
            **{f"{p}_{m}_mid": f"{name} {SPLIT_METRICS[m][2]} (mid)" for p, (_, name) in SPLITS.items() for m in MID_METRICS},

@@ -49,8 +49,18 @@ def test_run_summary_reads_each_column(tmp_path: Path) -> None:
     assert s["acc_last5"] == pytest.approx(statistics.mean(acc[-5:]))
     assert s["pass@1"] == pytest.approx(0.25) and s["pass@8"] == pytest.approx(0.75)
     assert s["band_error"] == pytest.approx(statistics.mean([0.1, 0.0, 0.0, 0.2]))  # the second half
-    assert s["s_per_it"] == pytest.approx(2.0)
+    assert s["s_per_it"] == pytest.approx(2.0) and s["s_per_it_median"] == pytest.approx(2.0)
     assert s["stopped_at"] is None  # ran to its end
+
+
+def test_the_median_seconds_per_iteration_leaves_out_an_interruption(tmp_path: Path) -> None:
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for i, t in enumerate([0.0, 50.0, 100.0, 3700.0, 3750.0, 3800.0]):  # an hour's gap between iterations 2 and 3
+        writer.add_scalar("rollout/entropy", 1.0, i, walltime=t)
+        writer.add_scalar("rollout/accuracy", 0.5, i, walltime=t)
+    writer.close()
+    s = run_summary(tmp_path)
+    assert s["s_per_it_median"] == pytest.approx(50.0) and s["s_per_it"] == pytest.approx(760.0)
 
 
 def test_run_summary_says_where_a_diverged_run_was_stopped(tmp_path: Path) -> None:
