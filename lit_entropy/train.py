@@ -59,7 +59,7 @@ def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None,
     for node in cfg.values():
         if isinstance(node, DictConfig) and "_target_" in node:
             extra, again = {}, []
-            if resume_step and "TensorBoardLogger" in node._target_:
+            if resume_step is not None and "TensorBoardLogger" in node._target_:  # 0 too: the boundary-0 checkpoint
                 purge = resume_step
                 if resume_iteration is not None:
                     purge, again = tensorboard_resume(instantiate(node).log_dir, resume_step, resume_iteration)

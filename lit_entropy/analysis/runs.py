@@ -28,7 +28,9 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     asks for (its writer's ``purge_step`` drops what the interrupted run logged after its checkpoint, which the
     resumed run logs again: :func:`lit_entropy.log_steps.tensorboard_resume`), so a resumed run reads like an
     uninterrupted one. Folders are merged; the sort is stable, so two points at the same step keep the order in
-    which they were written.
+    which they were written. A point written twice with the same step and value in one folder is read once: runs
+    restarted from their boundary-0 checkpoint before 2026-11-27 were not purged (the restart's writer skipped the
+    purge at step 0) and hold their first iterations twice, identically (exact resume) but for ``time/*``.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -37,7 +39,8 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
         acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
-            out.setdefault(tag, []).extend((int(e.step), float(e.value)) for e in acc.Scalars(tag))
+            points = dict.fromkeys((int(e.step), float(e.value)) for e in acc.Scalars(tag))  # first copy, in order
+            out.setdefault(tag, []).extend(points)
     return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
 
 

@@ -95,3 +95,25 @@ def test_a_folder_without_the_iteration_marker_keeps_the_purge_at_the_optimizer_
         writer.add_scalar("rollout/entropy", 0.5, step)
     writer.close()
     assert tensorboard_resume(tmp_path, step=8, iteration=2) == (8, [])
+
+
+def test_a_run_resumed_from_its_first_checkpoint_replaces_what_the_interrupted_run_logged(tmp_path):
+    """The checkpoint at boundary 0 (before the first rollout) has optimizer step 0: the restart's writer must still
+    purge (a guard on a falsy step once left the interrupted run's iterations beside their recomputed copies)."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from omegaconf import OmegaConf
+
+    from lit_entropy.train import instantiate_loggers
+
+    node = {"tb": {"_target_": "lightning.pytorch.loggers.TensorBoardLogger", "save_dir": str(tmp_path),
+                   "name": "tensorboard", "version": ""}}
+    (first,) = instantiate_loggers(OmegaConf.create(node))
+    log_run(first.experiment, range(1, 4), 2)  # three iterations, then killed before the checkpoint at 10
+    first.experiment.close()
+    (again,) = instantiate_loggers(OmegaConf.create(node), resume_step=0, resume_iteration=0)
+    assert isinstance(again, TensorBoardLogger)
+    log_run(again.experiment, range(1, 6), 2)  # the resumed run from the start
+    again.experiment.close()
+    got = shown(tmp_path / "tensorboard")
+    assert got["rollout/entropy"] == got[ITERATION] == list(range(1, 6))
+    assert got["train/loss"] == list(range(10))

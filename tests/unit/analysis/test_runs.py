@@ -25,3 +25,22 @@ def test_a_resumed_runs_purge_drops_what_the_interrupted_run_logged_after_its_ch
     assert read_scalars(tmp_path / "run")["rollout/entropy"] == [
         (1, 2.0), (2, 3.0), (3, 4.0), (4, 14.0), (5, 15.0), (6, 16.0)]
     assert len(wall_times(tmp_path / "run", "rollout/entropy")) == 6
+
+
+def test_points_written_twice_unpurged_read_once_and_different_values_stay(tmp_path: Path) -> None:
+    """A restart that did not purge (from the boundary-0 checkpoint, before the fix) wrote iterations 1-3 again:
+    identical values read once; a value that differs at a step (a time) is kept, both copies in order."""
+    folder = tmp_path / "run" / "tensorboard"
+    first = SummaryWriter(str(folder), filename_suffix=".0")
+    for k in range(1, 4):
+        first.add_scalar("rollout/entropy", 1.0 + k, k)
+        first.add_scalar("time/generate", 9.0, k)
+    first.close()
+    again = SummaryWriter(str(folder), filename_suffix=".1")
+    for k in range(1, 6):
+        again.add_scalar("rollout/entropy", 1.0 + k, k)
+        again.add_scalar("time/generate", 5.0, k)
+    again.close()
+    s = read_scalars(tmp_path / "run")
+    assert s["rollout/entropy"] == [(k, 1.0 + k) for k in range(1, 6)]
+    assert s["time/generate"][:2] == [(1, 9.0), (1, 5.0)] and len(s["time/generate"]) == 8
