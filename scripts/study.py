@@ -8,7 +8,8 @@ Runs every algo x controller (plus the --cells) x seed with ``scripts/train.py``
 at a time, each lane pinned to its own CPU cores (a finished run is not run again, so an interrupted study
 resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
 final entropy, last-5 accuracy, held-out pass@1 and pass@8, band error and seconds per iteration) and
-``<out>/study.png`` (entropy and accuracy curves; ``--report NAME`` names them NAME.md, NAME.png). ``--summarise-only`` skips running.
+``<out>/study.png`` (entropy and accuracy curves; ``--report NAME`` names them NAME.md, NAME.png). ``--summarise-only`` skips running
+(with ``--protocol``: the phase's report of the runs finished so far).
 ``--export-records FILE`` keeps the finished runs in one small file and ``--import-records FILE`` writes them
 back (studies/records.py), so a study's numbers outlive its ``logs/`` folder.
 """
@@ -150,7 +151,8 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
         print(dry_run(protocol, args.phase, out, train_script, overrides))
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    print(run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides))
+    print(run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides,
+                    run=not args.summarise_only))
     if args.export_records is not None:
         print(f"exported {export_records(out, args.export_records)} runs under {out} to {args.export_records}")
     return 0

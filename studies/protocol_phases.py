@@ -179,12 +179,14 @@ def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> st
 
 
 def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lanes: int = 1,
-              extra: list[str] = (), log=print) -> str:
-    """Run one phase (resumable) and write its report; return the report."""
+              extra: list[str] = (), log=print, run: bool = True) -> str:
+    """Run one phase (resumable) and write its report; return the report. ``run=False`` runs nothing: the report
+    of the runs finished so far (``scripts/study.py --summarise-only``, e.g. on imported records)."""
     if phase == "tune":
         points = protocol.tuning_points()
-        run_study(protocol.plan(points, protocol.tuning_seeds, extra, phase="tune"), out / "tune", train_script, log=log,
-                  lanes=lanes)
+        if run:
+            run_study(protocol.plan(points, protocol.tuning_seeds, extra, phase="tune"), out / "tune", train_script,
+                      log=log, lanes=lanes)
         picks = pick(protocol, out / "tune")
         (out / "picks.json").write_text(json.dumps(picks, indent=1))
         report = tuning_table(picks)
@@ -193,8 +195,9 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     picks = json.loads((out / "picks.json").read_text())
     points = evaluation_points(picks, protocol)
     plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
-    run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
-    if protocol.nearest:
+    if run:
+        run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
+    if protocol.nearest and run:
         near = nearest_methods(protocol, picks, out / "evaluate")
         log(f"[study] nearest {protocol.baseline} by {protocol.nearest['metric']}: {near}; seeds {protocol.nearest['seeds']}")
         plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)

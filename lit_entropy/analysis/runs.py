@@ -45,7 +45,8 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def wall_times(run_dir: str | Path, tag: str) -> list[float]:
-    """The wall-clock times of every ``tag`` point below ``run_dir``, sorted."""
+    """The wall-clock times of every ``tag`` point below ``run_dir``, sorted: one per point :func:`read_scalars`
+    reads (of a point written twice with the same step and value, the first copy's)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     times: list[float] = []
@@ -53,7 +54,10 @@ def wall_times(run_dir: str | Path, tag: str) -> list[float]:
         acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         acc.Reload()
         if tag in acc.Tags().get("scalars", []):
-            times.extend(e.wall_time for e in acc.Scalars(tag))
+            first = {}
+            for e in acc.Scalars(tag):
+                first.setdefault((int(e.step), float(e.value)), e.wall_time)
+            times.extend(first.values())
     return sorted(times)
 
 

@@ -44,3 +44,4 @@ def test_points_written_twice_unpurged_read_once_and_different_values_stay(tmp_p
     s = read_scalars(tmp_path / "run")
     assert s["rollout/entropy"] == [(k, 1.0 + k) for k in range(1, 6)]
     assert s["time/generate"][:2] == [(1, 9.0), (1, 5.0)] and len(s["time/generate"]) == 8
+    assert len(wall_times(tmp_path / "run", "rollout/entropy")) == 5  # one per point read, as the records keep them
