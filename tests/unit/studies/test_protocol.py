@@ -182,6 +182,22 @@ def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
     assert ": clip_cov-rho0.01 seed 1 after iteration 2." in report
 
 
+def test_a_phase_without_running_reports_the_finished_runs_and_starts_none(tmp_path: Path) -> None:
+    """``scripts/study.py --protocol … --summarise-only``: run_phase(run=False) on a study with seed 2 unfinished."""
+    from studies.protocol_phases import run_phase
+
+    p = _tiny(tmp_path)
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
+    (tmp_path / "picks.json").write_text(json.dumps(picks))
+    for seed in (0, 1):
+        _run(run_dir(tmp_path / "evaluate", "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
+        _run(run_dir(tmp_path / "evaluate", "clip_cov@clip_cov-rho0.01", "none", seed), 0.2, 0.5, masked=0.02)
+    report = run_phase(p, "evaluate", tmp_path, tmp_path / "no_such_train.py", run=False)
+    assert "| clip_cov | algo.selection_args.rho=0.01 | 0.0200 | pass@8 > baseline | 2 | +0.100 |" in report
+    assert not run_dir(tmp_path / "evaluate", "grpo@grpo-lr0.0002", "none", 2).exists()  # nothing started
+    assert (tmp_path / "evaluate.md").read_text() == report + "\n"
+
+
 def test_the_report_names_the_labels_the_other_interval_would_change(tmp_path: Path) -> None:
     """Differences +0.30, +0.01, +0.02: every bootstrap mean is > 0 (reproduced), the t interval reaches below 0."""
     p = _tiny(tmp_path)
