@@ -325,11 +325,13 @@ def predicted_entropy_change(raw: dict[str, list[tuple[int, float]]]) -> dict[st
     ``diag/dH_actual`` of iteration k (the realised change, logged when it becomes known): their Pearson
     correlation over the run (``dh_corr``) and the fraction of iterations whose signs agree (``dh_sign``).
     None with fewer than 3 pairs or a constant series."""
-    pred, actual = raw.get("diag/dH_pred", []), raw.get("diag/dH_actual", [])
-    if len(pred) < 2 or len(actual) < 2:
-        return {"dh_corr": None, "dh_sign": None}
-    # dH_actual has no value at the first iteration: pair each prediction with the next logged realisation.
-    pairs = list(zip([v for _, v in pred][:-1], [v for _, v in actual][-(len(pred) - 1):], strict=False))
+    pred, actual = dict(raw.get("diag/dH_pred", [])), dict(raw.get("diag/dH_actual", []))
+    # dH_actual of iteration k (H[k] - H[k-1]) is the change the update of iteration k-1 made: pair each prediction
+    # with the realisation logged at the next iteration's step (k + 1 on the iteration axis, k + the optimizer steps
+    # of an iteration in runs logged before it), so a missing or repeated iteration cannot shift the pairs.
+    steps = sorted(set(pred) | set(actual))
+    after = dict(zip(steps, steps[1:], strict=False))
+    pairs = [(pred[k], actual[after[k]]) for k in sorted(pred) if after.get(k) in actual]
     if len(pairs) < 3:
         return {"dh_corr": None, "dh_sign": None}
     xs, ys = zip(*pairs, strict=True)

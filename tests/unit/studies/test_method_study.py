@@ -308,6 +308,12 @@ def test_the_predicted_entropy_change_is_paired_with_the_next_iterations_realise
     assert flipped["dh_sign"] == 0.0 and flipped["dh_corr"] == pytest.approx(-got["dh_corr"])
     assert predicted_entropy_change({"diag/dH_pred": pred[:2], "diag/dH_actual": actual[:1]}) == {
         "dh_corr": None, "dh_sign": None}
+    # iterations 1-2 logged twice (an unpurged restart) pair as once; the optimizer-step axis of older runs (4 a step)
+    twice = predicted_entropy_change({"diag/dH_pred": pred[:2] + pred, "diag/dH_actual": actual[:1] + actual})
+    assert twice == got
+    older = predicted_entropy_change({"diag/dH_pred": [(4 * s, v) for s, v in pred],
+                                      "diag/dH_actual": [(4 * s, v) for s, v in actual]})
+    assert older == got
 
 
 def test_law_ceiling_is_predicted_from_the_first_third_only() -> None:
