@@ -161,6 +161,9 @@ class Protocol:
     baseline has: the cells hardest to tell from it get the baseline's number of seeds."""
     extra_seeds: dict[str, list[int]] = field(default_factory=dict)
     """Seeds added to methods after a first evaluation (``nearest``); read back from ``nearest.json``."""
+    start: str | None = None
+    """A JSON file (path from the checkout's root) of the ``eval/*`` values of the policy every cell starts from
+    (``scripts/evaluate.py``'s output), drawn at iteration 0 in the figure where runs do not evaluate at start."""
     lab: dict[str, str] = field(default_factory=dict)
     """``{protocol: P, records: R}``: another protocol (paths from the checkout's root) whose verdicts, rebuilt from
     its shipped records, the report sets beside this one's on the claims both judged
@@ -296,7 +299,7 @@ class ProtocolPlan(StudyPlan):
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
          "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls", "tune", "calibrate",
-         "columns", "keep_checkpoints", "seed_claims", "nearest", "lab"}
+         "columns", "keep_checkpoints", "seed_claims", "nearest", "lab", "start"}
 _METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims", "evaluation_seeds"}
 
 

@@ -206,5 +206,9 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     (out / "evaluate.md").write_text(report + "\n")
     from studies.study_plot import plot
 
-    plot(plan, out / "evaluate", out / "evaluate.png")  # entropy, accuracy and eval pass@k per pick
+    start = None
+    if protocol.start:  # the starting policy's evaluation, at iteration 0 of the eval panels
+        start = {k: float(v) for k, v in json.loads(_from_root(protocol.start).read_text()).items()
+                 if k.startswith("eval/")}
+    plot(plan, out / "evaluate", out / "evaluate.png", start=start)  # entropy, accuracy and eval pass@k per pick
     return report

@@ -18,6 +18,20 @@ def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[i
     return {sum(1 for e in ends if e <= step): v for step, v in scalars.get(tag, [])}
 
 
+HELD_OUT_SAMPLED = "eval/held_out/sampled/"
+"""Where a task with evaluation splits (the real-LM arithmetic) logs its held-out sampled pass@k."""
+
+
+def eval_prefix(plan: StudyPlan, out: Path) -> str:
+    """``eval/held_out/sampled/`` when the study's runs log a held-out split (disjoint from training), else
+    ``eval/`` (a task without splits), read from the first finished run."""
+    for algo, controller, seed in plan.runs():
+        folder = run_dir(out, algo, controller, seed)
+        if finished(folder):
+            return HELD_OUT_SAMPLED if any(t.startswith(HELD_OUT_SAMPLED) for t in read_scalars(folder)) else "eval/"
+    return "eval/"
+
+
 def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
     """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
     ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
@@ -32,7 +46,8 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
 
     tags = ["rollout/entropy", "rollout/accuracy"]
     if plan.eval_every:  # eval pass@k during training: one panel per k, smallest and largest
-        tags += [f"eval/pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
+        prefix = eval_prefix(plan, out)
+        tags += [f"{prefix}pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
     fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
     colours = plt.get_cmap("tab20").colors
     counts = []
@@ -70,7 +85,8 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
             ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
     seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
     titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
-    titles += [f"eval {tag}" for tag in tags[2:]]
+    titles += [("held-out (disjoint) sampled " + tag.rsplit("/", 1)[1]) if tag.startswith(HELD_OUT_SAMPLED)
+               else f"eval {tag}" for tag in tags[2:]]
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
         ax.set_xlabel("iteration")

@@ -373,3 +373,21 @@ def test_the_peak_of_pass_at_k_leaves_out_the_at_start_evaluation(tmp_path: Path
     writer.close()
     s = run_summary(tmp_path)
     assert s["pass@64_peak"] == pytest.approx(0.6) and s["pass@64"] == pytest.approx(0.5)
+
+
+def test_the_figure_draws_the_held_out_split_where_the_runs_log_one(tmp_path: Path) -> None:
+    from studies.study_plot import HELD_OUT_SAMPLED, eval_prefix, plot
+
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0], eval_every=2, eval_ks=(1, 8))
+    assert eval_prefix(plan, tmp_path) == "eval/"  # nothing finished yet
+    folder = run_dir(tmp_path, "grpo", "none", 0)
+    _write_run(folder, [2.0, 1.5, 1.0, 0.5], [0.1, 0.2, 0.3, 0.4])
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for step, v in ((2, 0.2), (4, 0.3)):
+        writer.add_scalar(f"{HELD_OUT_SAMPLED}pass@1", v, step)
+        writer.add_scalar(f"{HELD_OUT_SAMPLED}pass@8", 2 * v, step)
+    writer.close()
+    (folder / "done.json").write_text("{}")
+    assert eval_prefix(plan, tmp_path) == HELD_OUT_SAMPLED
+    plot(plan, tmp_path, tmp_path / "study.png")
+    assert (tmp_path / "study.png").stat().st_size > 10_000

@@ -304,6 +304,8 @@ def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_pa
     assert [pt.name for pt in p.tuning_points()] == ["grpo-lr2e-05", "grpo-lr5e-05"] and p.tuning_seeds == [100]
     assert p.calibrate == ["optim.lr"] and p.seeds_of("grpo") == [0, 1, 2, 3, 4] and p.seeds_of("dapo") == [0, 1, 2]
     assert "callbacks/stop=diverged" in p.overrides  # the amendment: a diverged run stops (docs/real_lm_study.md)
+    start = json.loads((ROOT / p.start).read_text())  # the base model's evaluation, the figure's iteration 0
+    assert 0 < start["eval/held_out/sampled/pass@1"] < start["eval/held_out/sampled/pass@64"] <= 1
     tune = p.plan(p.tuning_points(), p.tuning_seeds, phase="tune")
     assert (tune.eval_final_n, tune.eval_final_ks) == (8, (1, 8))
     picks = pick(p, tmp_path)  # no tuning run yet: the one-setting methods only
