@@ -197,11 +197,12 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
     if run:
         run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
-    if protocol.nearest and run:
-        near = nearest_methods(protocol, picks, out / "evaluate")
-        log(f"[study] nearest {protocol.baseline} by {protocol.nearest['metric']}: {near}; seeds {protocol.nearest['seeds']}")
-        plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
-        run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
+        if protocol.nearest:
+            near = nearest_methods(protocol, picks, out / "evaluate")
+            log(f"[study] nearest {protocol.baseline} by {protocol.nearest['metric']}: {near}; "
+                f"seeds {protocol.nearest['seeds']}")
+            plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
+            run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
     report = evaluation_report(protocol, picks, out / "evaluate", extra)
     (out / "evaluate.md").write_text(report + "\n")
     from studies.study_plot import plot
