@@ -151,8 +151,12 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
         print(dry_run(protocol, args.phase, out, train_script, overrides))
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    print(run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides,
-                    run=not args.summarise_only))
+    try:
+        report = run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides,
+                           run=not args.summarise_only)
+    except ValueError as err:  # e.g. no picks.json and unfinished tuning runs to pick from
+        ap.error(str(err))
+    print(report)
     if args.export_records is not None:
         print(f"exported {export_records(out, args.export_records)} runs under {out} to {args.export_records}")
     return 0

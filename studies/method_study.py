@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_entropy.analysis.runs import event_files, read_scalars, values, wall_times
+from lit_entropy.analysis.runs import event_files, scalar_events, values
 from studies.dose import (
     DOSE_COLUMNS,
     dose_cell,
@@ -215,17 +215,16 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
 # ------------------------------------------------------------------------------------------- summary
 
 
-def seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float | None:
-    """Mean wall-clock seconds between consecutive iterations' ``tag`` events (start-up excluded)."""
-    times = wall_times(folder, tag)
+def seconds_per_iteration(times: list[float]) -> float | None:
+    """Mean wall-clock seconds between consecutive iterations, from the sorted wall times of one per-iteration
+    tag (``rollout/entropy``; start-up excluded)."""
     return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
 
-def median_seconds_per_iteration(folder: Path, tag: str = "rollout/entropy") -> float | None:
-    """Median wall-clock seconds between consecutive iterations' ``tag`` events: the time of a training iteration
-    in a run that was interrupted and resumed (the mean would count the time between sessions) or evaluated along
-    the way (a few long intervals the median leaves out)."""
-    times = wall_times(folder, tag)
+def median_seconds_per_iteration(times: list[float]) -> float | None:
+    """Median wall-clock seconds between consecutive iterations (sorted wall times, as above): the time of a
+    training iteration in a run that was interrupted and resumed (the mean would count the time between sessions)
+    or evaluated along the way (a few long intervals the median leaves out)."""
     return statistics.median(b - a for a, b in zip(times, times[1:], strict=False)) if len(times) > 1 else None
 
 
@@ -244,7 +243,9 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
 
 
 def _run_summary(folder: Path) -> dict[str, float | None] | None:
-    raw = read_scalars(folder)
+    events = scalar_events(folder)  # one read of the event files: the scalars and their wall times
+    raw = {tag: [(step, value) for step, value, _ in points] for tag, points in events.items()}
+    times = sorted(wall for _, _, wall in events.get("rollout/entropy", []))
     s = {tag: values(points) for tag, points in raw.items()}
     h, acc = s.get("rollout/entropy"), s.get("rollout/accuracy")
     if not h or not acc:
@@ -273,8 +274,8 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "law_ceiling": law_ceiling(h, acc),
         "law_r2": law_ceiling(h, acc, fraction=1.0, what="r2"),
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
-        "s_per_it": seconds_per_iteration(folder),
-        "s_per_it_median": median_seconds_per_iteration(folder),
+        "s_per_it": seconds_per_iteration(times),
+        "s_per_it_median": median_seconds_per_iteration(times),
         "mismatch": mean("diag/logp_mismatch_mean"),
         "ess": mean("rollout_corr/ess"),
         "masked": statistics.mean(masked) if masked else None,

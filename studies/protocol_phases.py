@@ -178,6 +178,22 @@ def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> st
     return f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + "."
 
 
+def _picks(protocol: Protocol, out: Path, log=print) -> dict[str, Any]:
+    """``<out>/picks.json``; where it is missing (a study resumed from imported records on another machine), picked
+    again from the finished tuning runs under ``<out>/tune`` and written, as the tuning phase writes it."""
+    f = out / "picks.json"
+    if f.is_file():
+        return json.loads(f.read_text())
+    picks = pick(protocol, out / "tune")
+    if picks["incomplete"]:
+        missing = "; ".join(f"{m}: {', '.join(runs)}" for m, runs in picks["incomplete"].items())
+        raise ValueError(f"{f} is missing and the tuning runs it is picked from are not all finished under "
+                         f"{out / 'tune'} ({missing}): run --phase tune first")
+    f.write_text(json.dumps(picks, indent=1))
+    log(f"[study] {f} picked again from the finished tuning runs under {out / 'tune'}")
+    return picks
+
+
 def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lanes: int = 1,
               extra: list[str] = (), log=print, run: bool = True) -> str:
     """Run one phase (resumable) and write its report; return the report. ``run=False`` runs nothing: the report
@@ -192,7 +208,7 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         report = tuning_table(picks)
         (out / "tune.md").write_text(report + "\n")
         return report
-    picks = json.loads((out / "picks.json").read_text())
+    picks = _picks(protocol, out, log)
     points = evaluation_points(picks, protocol)
     plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
     if run:

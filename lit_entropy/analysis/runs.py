@@ -21,6 +21,24 @@ def event_files(run_dir: str | Path) -> list[Path]:
     return sorted(Path(run_dir).rglob(EVENTS_GLOB), key=lambda p: (p.name, str(p)))
 
 
+def scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]]]:
+    """Every scalar below ``run_dir`` with its wall-clock time: ``tag -> [(step, value, wall_time), ...]`` sorted by
+    step, the points :func:`read_scalars` reads. One pass over the event files gives both (a study's report reads
+    hundreds of runs; the files, not the arithmetic, are its cost)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[int, float, float]]] = {}
+    for folder in dict.fromkeys(f.parent for f in event_files(run_dir)):
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            first: dict[tuple[int, float], float] = {}  # a point written twice identically: its first copy
+            for e in acc.Scalars(tag):
+                first.setdefault((int(e.step), float(e.value)), e.wall_time)
+            out.setdefault(tag, []).extend((step, value, wall) for (step, value), wall in first.items())
+    return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
+
+
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar below ``run_dir`` as TensorBoard shows it: ``tag -> [(step, value), ...]`` sorted by step.
 
@@ -32,33 +50,13 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     restarted from their boundary-0 checkpoint before 2026-11-27 were not purged (the restart's writer skipped the
     purge at step 0) and hold their first iterations twice, identically (exact resume) but for ``time/*``.
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for folder in dict.fromkeys(f.parent for f in event_files(run_dir)):
-        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            points = dict.fromkeys((int(e.step), float(e.value)) for e in acc.Scalars(tag))  # first copy, in order
-            out.setdefault(tag, []).extend(points)
-    return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
+    return {tag: [(step, value) for step, value, _ in points] for tag, points in scalar_events(run_dir).items()}
 
 
 def wall_times(run_dir: str | Path, tag: str) -> list[float]:
     """The wall-clock times of every ``tag`` point below ``run_dir``, sorted: one per point :func:`read_scalars`
     reads (of a point written twice with the same step and value, the first copy's)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    times: list[float] = []
-    for folder in dict.fromkeys(f.parent for f in event_files(run_dir)):  # purges applied, as in read_scalars
-        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        acc.Reload()
-        if tag in acc.Tags().get("scalars", []):
-            first = {}
-            for e in acc.Scalars(tag):
-                first.setdefault((int(e.step), float(e.value)), e.wall_time)
-            times.extend(first.values())
-    return sorted(times)
+    return sorted(wall for _, _, wall in scalar_events(run_dir).get(tag, []))
 
 
 def values(points: list[tuple[int, float]]) -> list[float]:

@@ -137,3 +137,28 @@ def test_the_shipped_records_give_the_verdicts_docs_results_reports(tmp_path: Pa
     table = page[page.index("| method | dose | claim | Δ vs GRPO 2.5e-4 |"):].split("\n\n")[0].splitlines()[2:]
     assert [cells(r) for r in table] == expected
     assert len(expected) == 43  # twelve methods with three claims, SAPO, DPPO-TV, DPPO-KL, Lite PPO, TOPR one, MaxRL two
+
+
+def test_the_shipped_real_lm_records_rebuild_the_shipped_report_byte_for_byte(tmp_path: Path) -> None:
+    """docs/data/real_lm_report.md is what the evaluate phase writes (``<out>/evaluate.md``) from the shipped
+    real-LM records on a machine that has only them: imported, picked again from the tuning runs (no
+    picks.json: the phase writes it), judged, nothing run. A record added without its report fails here."""
+    from studies.protocol import load_protocol
+    from studies.protocol_phases import run_phase
+
+    protocol = load_protocol(ROOT / "conf" / "protocol" / "real_lm.yaml")
+    import_records(ROOT / "docs" / "data" / "real_lm_protocol.json.gz", tmp_path)
+    assert not (tmp_path / "picks.json").exists()
+    run_phase(protocol, "evaluate", tmp_path, ROOT / "scripts" / "train.py", run=False, log=lambda _: None)
+    assert (tmp_path / "picks.json").is_file()
+    assert (tmp_path / "evaluate.md").read_text() == (ROOT / "docs" / "data" / "real_lm_report.md").read_text()
+
+
+def test_the_evaluate_phase_without_picks_or_finished_tuning_runs_names_what_is_missing(tmp_path: Path) -> None:
+    """A protocol with a grid to tune and no picks.json: the evaluate phase says which tuning runs are missing."""
+    from studies.protocol import load_protocol
+    from studies.protocol_phases import run_phase
+
+    protocol = load_protocol(ROOT / "conf" / "protocol" / "real_lm.yaml")
+    with pytest.raises(ValueError, match=r"grpo-lr2e-05 seed 100.*run --phase tune first"):
+        run_phase(protocol, "evaluate", tmp_path, ROOT / "scripts" / "train.py", run=False)
