@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_entropy.analysis.runs import event_files, scalar_events, values
+from lit_entropy.analysis.runs import event_files, points_of, scalar_events, times_of, values
 from studies.dose import (
     DOSE_COLUMNS,
     dose_cell,
@@ -244,8 +244,7 @@ def run_summary(folder: Path) -> dict[str, float | None] | None:
 
 def _run_summary(folder: Path) -> dict[str, float | None] | None:
     events = scalar_events(folder)  # one read of the event files: the scalars and their wall times
-    raw = {tag: [(step, value) for step, value, _ in points] for tag, points in events.items()}
-    times = sorted(wall for _, _, wall in events.get("rollout/entropy", []))
+    raw, times = points_of(events), times_of(events, "rollout/entropy")
     s = {tag: values(points) for tag, points in raw.items()}
     h, acc = s.get("rollout/entropy"), s.get("rollout/accuracy")
     if not h or not acc:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_entropy.analysis.runs import scalar_events
+from lit_entropy.analysis.runs import scalar_events, times_of
 
 FORMAT = "lit-entropy-study-records/1"
 
@@ -55,7 +55,7 @@ def export_run(folder: str | Path) -> dict[str, Any]:
     scalars = {tag: [[s, round(v, 7)] for s, v, _ in pts] for tag, pts in events.items() if tag.startswith(KEPT_TAGS)}
     ov = folder / ".hydra" / "overrides.yaml"
     done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").is_file() else {}
-    return {"scalars": scalars, "wall_times": [round(t, 3) for t in sorted(w for _, _, w in events.get(WALL_TAG, []))],
+    return {"scalars": scalars, "wall_times": [round(t, 3) for t in times_of(events, WALL_TAG)],
             "config": _method_config(folder),
             "overrides": [o for o in ((yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [])
                           if not str(o).startswith(RESUME_ONLY)],

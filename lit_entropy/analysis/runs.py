@@ -39,6 +39,16 @@ def scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, float
     return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
 
 
+def points_of(events: dict[str, list[tuple[int, float, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """:func:`scalar_events` without the wall times: ``tag -> [(step, value), ...]``."""
+    return {tag: [(step, value) for step, value, _ in points] for tag, points in events.items()}
+
+
+def times_of(events: dict[str, list[tuple[int, float, float]]], tag: str) -> list[float]:
+    """The sorted wall times of ``tag``'s points in :func:`scalar_events`' result (empty without the tag)."""
+    return sorted(wall for _, _, wall in events.get(tag, []))
+
+
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar below ``run_dir`` as TensorBoard shows it: ``tag -> [(step, value), ...]`` sorted by step.
 
@@ -50,13 +60,13 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     restarted from their boundary-0 checkpoint before 2026-11-27 were not purged (the restart's writer skipped the
     purge at step 0) and hold their first iterations twice, identically (exact resume) but for ``time/*``.
     """
-    return {tag: [(step, value) for step, value, _ in points] for tag, points in scalar_events(run_dir).items()}
+    return points_of(scalar_events(run_dir))
 
 
 def wall_times(run_dir: str | Path, tag: str) -> list[float]:
     """The wall-clock times of every ``tag`` point below ``run_dir``, sorted: one per point :func:`read_scalars`
     reads (of a point written twice with the same step and value, the first copy's)."""
-    return sorted(wall for _, _, wall in scalar_events(run_dir).get(tag, []))
+    return times_of(scalar_events(run_dir), tag)
 
 
 def values(points: list[tuple[int, float]]) -> list[float]:
