@@ -33,9 +33,9 @@ def eval_prefix(plan: StudyPlan, out: Path) -> str:
 
 
 def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
-    """Entropy and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a trailing
-    ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
-    periodic evaluation, a panel each for the smallest and largest k. ``start``: eval values of the
+    """Entropy (log scale) and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a
+    trailing ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
+    evaluation, a panel each for the smallest and largest k. ``start``: eval values of the
     policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
     iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
     titles give the seeds per cell."""
@@ -84,7 +84,8 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
                 mean = moving_mean(mean, smooth)
             ax.plot(range(1, n + 1), mean, label=cell_name(algo, controller), lw=1.2, **style)
     seeds = f"{min(counts)}" if counts and min(counts) == max(counts) else f"{min(counts, default=0)}-{max(counts, default=0)}"
-    titles = ["rollout/entropy (nats)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
+    axes[0].set_yscale("log")  # a collapse is a fall by orders of magnitude, and a diverging cell would flatten it
+    titles = ["rollout/entropy (nats, log scale)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
     titles += [("held-out (disjoint) sampled " + tag.rsplit("/", 1)[1]) if tag.startswith(HELD_OUT_SAMPLED)
                else f"eval {tag}" for tag in tags[2:]]
     for ax, title in zip(axes, titles, strict=True):
