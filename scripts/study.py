@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.ArgumentParser) -> int:
     """``--protocol``: dry-run, check or run one phase (see the module docstring)."""
     from studies.protocol import load_protocol
-    from studies.protocol_phases import run_phase
+    from studies.protocol_phases import MissingPicks, run_phase
     from studies.protocol_preview import check_points, dry_run, phase_points
     from studies.records import export_records, import_records
 
@@ -154,7 +154,7 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
     try:
         report = run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides,
                            run=not args.summarise_only)
-    except ValueError as err:  # e.g. no picks.json and unfinished tuning runs to pick from
+    except MissingPicks as err:  # no picks.json, and unfinished tuning runs to pick from: a usage error
         ap.error(str(err))
     print(report)
     if args.export_records is not None:

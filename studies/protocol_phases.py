@@ -178,6 +178,10 @@ def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> st
     return f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + "."
 
 
+class MissingPicks(ValueError):
+    """``picks.json`` is missing and cannot be picked again: a tuning run it reads has not finished."""
+
+
 def _picks(protocol: Protocol, out: Path, log=print) -> dict[str, Any]:
     """``<out>/picks.json``; where it is missing (a study resumed from imported records on another machine), picked
     again from the finished tuning runs under ``<out>/tune`` and written, as the tuning phase writes it."""
@@ -187,7 +191,7 @@ def _picks(protocol: Protocol, out: Path, log=print) -> dict[str, Any]:
     picks = pick(protocol, out / "tune")
     if picks["incomplete"]:
         missing = "; ".join(f"{m}: {', '.join(runs)}" for m, runs in picks["incomplete"].items())
-        raise ValueError(f"{f} is missing and the tuning runs it is picked from are not all finished under "
+        raise MissingPicks(f"{f} is missing and the tuning runs it is picked from are not all finished under "
                          f"{out / 'tune'} ({missing}): run --phase tune first")
     f.write_text(json.dumps(picks, indent=1))
     log(f"[study] {f} picked again from the finished tuning runs under {out / 'tune'}")

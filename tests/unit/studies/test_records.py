@@ -157,8 +157,25 @@ def test_the_shipped_real_lm_records_rebuild_the_shipped_report_byte_for_byte(tm
 def test_the_evaluate_phase_without_picks_or_finished_tuning_runs_names_what_is_missing(tmp_path: Path) -> None:
     """A protocol with a grid to tune and no picks.json: the evaluate phase says which tuning runs are missing."""
     from studies.protocol import load_protocol
-    from studies.protocol_phases import run_phase
+    from studies.protocol_phases import MissingPicks, run_phase
 
     protocol = load_protocol(ROOT / "conf" / "protocol" / "real_lm.yaml")
-    with pytest.raises(ValueError, match=r"grpo-lr2e-05 seed 100.*run --phase tune first"):
+    with pytest.raises(MissingPicks, match=r"grpo-lr2e-05 seed 100.*run --phase tune first"):
         run_phase(protocol, "evaluate", tmp_path, ROOT / "scripts" / "train.py", run=False)
+
+
+def test_the_script_turns_missing_picks_into_a_usage_error(tmp_path: Path) -> None:
+    """``scripts/study.py --phase evaluate`` with no picks and no tuning runs exits 2 naming the missing run, no
+    traceback."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = ["--protocol", str(ROOT / "conf" / "protocol" / "real_lm.yaml"), "--phase", "evaluate",
+            "--out", str(tmp_path), "--summarise-only"]
+    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
+        script.main(args)
+    assert stop.value.code == 2 and "grpo-lr2e-05 seed 100" in err.getvalue()
