@@ -192,7 +192,7 @@ def _picks(protocol: Protocol, out: Path, log=print) -> dict[str, Any]:
     if picks["incomplete"]:
         missing = "; ".join(f"{m}: {', '.join(runs)}" for m, runs in picks["incomplete"].items())
         raise MissingPicks(f"{f} is missing and the tuning runs it is picked from are not all finished under "
-                         f"{out / 'tune'} ({missing}): run --phase tune first")
+                           f"{out / 'tune'} ({missing}): run --phase tune first")
     f.write_text(json.dumps(picks, indent=1))
     log(f"[study] {f} picked again from the finished tuning runs under {out / 'tune'}")
     return picks

@@ -14,7 +14,7 @@ from torch.utils.tensorboard import SummaryWriter
 from lit_entropy.analysis.runs import read_scalars
 from studies.method_study import run_summary
 from studies.records import export_records, import_records
-from tests.helpers import ROOT
+from tests.helpers import CONF, ROOT
 
 
 def _run(folder: Path, lam: float, t0: float = 1_000.0) -> None:
@@ -90,16 +90,21 @@ def test_a_file_that_is_not_records_names_itself(tmp_path: Path) -> None:
         import_records(f, tmp_path / "out")
 
 
-def test_the_study_script_exports_and_imports_records_without_a_phase(tmp_path: Path) -> None:
-    import contextlib
+def _study_script():
+    """``scripts/study.py`` as a module (it is a script, not part of a package)."""
     import importlib.util
-    import io
-
-    from tests.helpers import CONF, ROOT
 
     spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_study_script_exports_and_imports_records_without_a_phase(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    script = _study_script()
     _run(tmp_path / "a" / "tune" / "runs" / "grpo+none" / "seed100", lam=0.5)
     protocol, f = str(CONF / "protocol" / "collapse.yaml"), tmp_path / "r.json.gz"
     out = io.StringIO()
@@ -168,12 +173,9 @@ def test_the_script_turns_missing_picks_into_a_usage_error(tmp_path: Path) -> No
     """``scripts/study.py --phase evaluate`` with no picks and no tuning runs exits 2 naming the missing run, no
     traceback."""
     import contextlib
-    import importlib.util
     import io
 
-    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _study_script()
     args = ["--protocol", str(ROOT / "conf" / "protocol" / "real_lm.yaml"), "--phase", "evaluate",
             "--out", str(tmp_path), "--summarise-only"]
     with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
