@@ -114,7 +114,7 @@ class PolicyModule(pl.LightningModule):
         if self.algo.kl_coef > 0 and not is_peft(self.model):  # LoRA: the reference is adapters-off
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             object.__setattr__(self, "ref_model", ref)
-        self._update_started = 0.0
+        self._update_started = self._update_ended = 0.0  # time/update: epoch start to the last batch's end
         self.time_forward = 0.0  # seconds in no-grad forwards (pre-update pass, Clip-Cov's current log-probs)
         self.time_forward_backward = 0.0  # seconds in the update's micro-batch forward + backward
         self._grad_norm = torch.zeros(())
@@ -326,9 +326,15 @@ class PolicyModule(pl.LightningModule):
         self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
         self._log_text_samples(rollout)
 
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._update_ended = time.perf_counter()
+
     def on_train_epoch_end(self) -> None:
+        # The update ends with the last minibatch: the callbacks' epoch ends (an evaluation: time/evaluate) run
+        # before this hook and are not part of it.
+        ended = self._update_ended if self._update_ended > self._update_started else time.perf_counter()
         times = {
-            "time/update": time.perf_counter() - self._update_started,
+            "time/update": ended - self._update_started,
             "time/forward": self.time_forward,  # this iteration's no-grad forwards, pre-update pass included
             "time/forward_backward": self.time_forward_backward,
         }

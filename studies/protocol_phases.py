@@ -100,9 +100,10 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
         if law:
             seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
-    return "\n\n".join(x for x in (table.split("\n\n")[0], stopped_line(runs), legend, verdict_report(verdicts, protocol.baseline,
-                                                                                   protocol.interval),
-                                    sensitivity(verdicts, check, other.kind), *against, seeds, lab) if x)
+    blocks = (table.split("\n\n")[0], stopped_line(runs), compute_line(runs), legend,
+              verdict_report(verdicts, protocol.baseline, protocol.interval), sensitivity(verdicts, check, other.kind),
+              *against, seeds, lab)
+    return "\n\n".join(x for x in blocks if x)
 
 
 def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
@@ -114,6 +115,21 @@ def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
         return ""
     return ("**Stopped as diverged** (`callbacks/stop=diverged`; their columns are read at the stop, the final "
             "evaluation included): " + "; ".join(stopped) + ".")
+
+
+def compute_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """The training compute of the finished runs (each summary's ``train_seconds``), in total and per cell, or ""
+    when no run logged its stage times."""
+    cells = {cell: [s["train_seconds"] for s in seeds.values() if s.get("train_seconds") is not None]
+             for cell, seeds in sorted(runs.items())}
+    cells = {cell: secs for cell, secs in cells.items() if secs}
+    if not cells:
+        return ""
+    total = sum(sum(secs) for secs in cells.values())
+    per_cell = "; ".join(f"{cell} {sum(secs) / 3600:.1f} h over {len(secs)}" for cell, secs in cells.items())
+    return (f"**Compute** (time/generate + score + sync + prepare + update summed over every iteration of the "
+            f"finished runs; the evaluations and the iterations an interruption made a run redo are not in it): "
+            f"{sum(len(s) for s in cells.values())} runs, {total / 3600:.1f} lane-hours ({per_cell}).")
 
 
 def lab_table(protocol: Protocol, verdicts: list[Verdict]) -> str:

@@ -16,10 +16,12 @@ sampled, logged as ``eval/<split>/greedy/...`` and ``eval/<split>/sampled/...``
 iteration key training never uses, logged as ``eval/accuracy``, ``eval/mean@k`` and ``eval/pass@k`` (unbiased
 estimator) via :func:`lit_entropy.evaluation.evaluate`: fresh draws, not disjoint from training (for the Countdown
 lab's space, 30 of the collapse regime's 64 evaluation prompts also occur in its 120 training iterations).
+Each evaluation's duration is logged as ``time/evaluate``; the iteration's ``time/update`` leaves it out.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import lightning.pytorch as pl
@@ -84,6 +86,7 @@ class PeriodicEvalCallback(pl.Callback):
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, n: int | None = None,
                   ks: Sequence[int] | None = None) -> dict[str, float]:
         n, ks = n or self.n, ks or self.ks
+        started = time.perf_counter()
         dm = trainer.datamodule
         bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
         changes = {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
@@ -99,4 +102,5 @@ class PeriodicEvalCallback(pl.Callback):
         else:
             prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
             result = evaluate(bundle, prompts, sampler, n=n, ks=ks, seed=self.seed, encode=encode)
-        return {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
+        metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
+        return {**metrics, "time/evaluate": time.perf_counter() - started}

@@ -23,6 +23,28 @@ def test_periodic_eval_logs_pass_at_k(tmp_path, harness):
     assert all(a <= b + 1e-9 for a, b in zip(p1, p4, strict=True))
 
 
+def test_the_evaluation_is_timed_apart_from_the_update(tmp_path, harness, monkeypatch):
+    """An evaluation made 1.5 s slower shows in time/evaluate and not in that iteration's time/update."""
+    import time
+
+    import lit_entropy.callbacks.evaluation as periodic
+
+    plain = periodic.evaluate  # what the callback calls for the lab's prompts (no evaluation splits)
+
+    def slow(*args, **kwargs):
+        time.sleep(1.5)
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(periodic, "evaluate", slow)
+    scalars = harness.fit(["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=2",
+                           "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]"],
+                          tmp_path).scalars
+    evaluated = dict(scalars["time/evaluate"])
+    assert sorted(evaluated) == [2, 3] and all(v >= 1.5 for v in evaluated.values())
+    update = dict(scalars["time/update"])
+    assert all(update[step] < 1.5 for step in evaluated), (update, evaluated)
+
+
 def test_periodic_eval_at_start_logs_the_starting_policy_at_step_0(tmp_path, harness):
     scalars = harness.fit(["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=3",
                            "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]",

@@ -182,6 +182,23 @@ def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
     assert ": clip_cov-rho0.01 seed 1 after iteration 2." in report
 
 
+def test_the_report_sums_the_training_compute_of_the_finished_runs(tmp_path: Path) -> None:
+    p = _tiny(tmp_path)
+    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
+    for seed in (0, 1, 2):
+        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
+        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.0, 0.0, masked=0.02)
+    assert "**Compute**" not in evaluation_report(p, picks, tmp_path)  # no run logged its stage times
+    writer = SummaryWriter(str(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", 0) / "tensorboard"))
+    for i in range(2):  # 2 iterations of 1800 s: generate 600 + update 1200 (forward lies inside prepare: left out)
+        writer.add_scalar("time/generate", 600.0, i)
+        writer.add_scalar("time/update", 1200.0, i)
+        writer.add_scalar("time/forward", 999.0, i)
+    writer.close()
+    report = evaluation_report(p, picks, tmp_path)
+    assert ": 1 runs, 1.0 lane-hours (grpo-lr0.0002 1.0 h over 1)." in report
+
+
 def test_a_phase_without_running_reports_the_finished_runs_and_starts_none(tmp_path: Path) -> None:
     """``scripts/study.py --protocol … --summarise-only``: run_phase(run=False) on a study with seed 2 unfinished."""
     from studies.protocol_phases import run_phase
