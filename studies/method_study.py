@@ -275,7 +275,7 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "band_error": statistics.mean(band[len(band) // 2:]) if band else None,
         "s_per_it": seconds_per_iteration(times),
         "s_per_it_median": median_seconds_per_iteration(times),
-        "train_seconds": sum(sum(s[t]) for t in COMPUTE_TAGS if s.get(t)) if any(s.get(t) for t in COMPUTE_TAGS) else None,
+        "compute_seconds": sum(sum(s[t]) for t in COMPUTE_TAGS if s.get(t)) if any(s.get(t) for t in COMPUTE_TAGS) else None,
         "mismatch": mean("diag/logp_mismatch_mean"),
         "ess": mean("rollout_corr/ess"),
         "masked": statistics.mean(masked) if masked else None,
@@ -364,9 +364,10 @@ def law_ceiling(entropy: list[float], accuracy: list[float], fraction: float = L
         return None
 
 
-COMPUTE_TAGS = ("time/generate", "time/score", "time/sync", "time/prepare", "time/update")
+COMPUTE_TAGS = ("time/generate", "time/score", "time/sync", "time/prepare", "time/update", "time/evaluate")
 """The stages of one iteration, timed apart and disjoint (``time/forward`` lies inside ``time/prepare``,
-``time/forward_backward`` inside ``time/update``): their sum over the iterations is a run's training compute."""
+``time/forward_backward`` inside ``time/update``): their sum over the iterations is a run's compute. Runs from
+before ``time/evaluate`` existed counted their evaluations inside ``time/update``; the sum is the same."""
 
 MASKED_TAGS = ("rollout_corr/frac_masked", "rollout_corr/frac_rejected", "rollout_corr/frac_opsm")
 """What a correction took out of the loss (fractions; summed per iteration)."""

@@ -118,17 +118,18 @@ def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
 
 
 def compute_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
-    """The training compute of the finished runs (each summary's ``train_seconds``), in total and per cell, or ""
+    """The compute of the finished runs (each summary's ``compute_seconds``), in total and per cell, or ""
     when no run logged its stage times."""
-    cells = {cell: [s["train_seconds"] for s in seeds.values() if s.get("train_seconds") is not None]
+    cells = {cell: [s["compute_seconds"] for s in seeds.values() if s.get("compute_seconds") is not None]
              for cell, seeds in sorted(runs.items())}
     cells = {cell: secs for cell, secs in cells.items() if secs}
     if not cells:
         return ""
     total = sum(sum(secs) for secs in cells.values())
     per_cell = "; ".join(f"{cell} {sum(secs) / 3600:.1f} h over {len(secs)}" for cell, secs in cells.items())
-    return (f"**Compute** (time/generate + score + sync + prepare + update summed over every iteration of the "
-            f"finished runs; the evaluations and the iterations an interruption made a run redo are not in it): "
+    return (f"**Compute** (time/generate + score + sync + prepare + update + evaluate summed over every logged "
+            f"iteration of the finished runs, the evaluations included; start-up, checkpoint saves and the work an "
+            f"interruption lost are not in it): "
             f"{sum(len(s) for s in cells.values())} runs, {total / 3600:.1f} lane-hours ({per_cell}).")
 
 

@@ -51,18 +51,19 @@ def test_run_summary_reads_each_column(tmp_path: Path) -> None:
     assert s["band_error"] == pytest.approx(statistics.mean([0.1, 0.0, 0.0, 0.2]))  # the second half
     assert s["s_per_it"] == pytest.approx(2.0) and s["s_per_it_median"] == pytest.approx(2.0)
     assert s["stopped_at"] is None  # ran to its end
-    assert s["train_seconds"] is None  # no stage times logged
+    assert s["compute_seconds"] is None  # no stage times logged
 
 
-def test_run_summary_sums_the_disjoint_stage_times_into_the_training_compute(tmp_path: Path) -> None:
+def test_run_summary_sums_the_disjoint_stage_times_into_the_compute(tmp_path: Path) -> None:
     _write_run(tmp_path, [1.0, 0.9, 0.8], [0.1, 0.2, 0.3])
     writer = SummaryWriter(str(tmp_path / "tensorboard"))
     for i in range(3):
         for tag, seconds in (("time/generate", 10.0), ("time/score", 1.0), ("time/sync", 2.0), ("time/prepare", 4.0),
-                             ("time/update", 20.0), ("time/forward", 3.0), ("time/forward_backward", 15.0)):
+                             ("time/update", 20.0), ("time/evaluate", 5.0), ("time/forward", 3.0),
+                             ("time/forward_backward", 15.0)):
             writer.add_scalar(tag, seconds, i)
     writer.close()
-    assert run_summary(tmp_path)["train_seconds"] == pytest.approx(3 * 37.0)  # forward(_backward) lie inside
+    assert run_summary(tmp_path)["compute_seconds"] == pytest.approx(3 * 42.0)  # forward(_backward) lie inside
 
 
 def test_the_median_seconds_per_iteration_leaves_out_an_interruption(tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
     assert ": clip_cov-rho0.01 seed 1 after iteration 2." in report
 
 
-def test_the_report_sums_the_training_compute_of_the_finished_runs(tmp_path: Path) -> None:
+def test_the_report_sums_the_compute_of_the_finished_runs(tmp_path: Path) -> None:
     p = _tiny(tmp_path)
     picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     for seed in (0, 1, 2):
