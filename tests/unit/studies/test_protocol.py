@@ -167,12 +167,18 @@ def test_evaluate_judges_the_picks_on_the_evaluation_seeds(tmp_path: Path) -> No
     assert "With a paired t interval instead of the declared one, no label changes." in report
 
 
-def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
+def _finished_cells(tmp_path: Path):
+    """The tiny protocol with GRPO and Clip-Cov picked and three finished evaluation seeds of each (Clip-Cov at 0)."""
     p = _tiny(tmp_path)
     picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     for seed in (0, 1, 2):
         _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
         _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.0, 0.0, masked=0.02)
+    return p, picks
+
+
+def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
+    p, picks = _finished_cells(tmp_path)
     assert "Stopped as diverged" not in evaluation_report(p, picks, tmp_path)
     writer = SummaryWriter(str(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", 1) / "tensorboard"))
     writer.add_scalar("stop/diverged", 1.0, 2)
@@ -183,11 +189,7 @@ def test_the_report_names_the_runs_stopped_as_diverged(tmp_path: Path) -> None:
 
 
 def test_the_report_sums_the_compute_of_the_finished_runs(tmp_path: Path) -> None:
-    p = _tiny(tmp_path)
-    picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
-    for seed in (0, 1, 2):
-        _run(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", seed), 0.2, 0.4)
-        _run(run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", seed), 0.0, 0.0, masked=0.02)
+    p, picks = _finished_cells(tmp_path)
     assert "**Compute**" not in evaluation_report(p, picks, tmp_path)  # no run logged its stage times
     writer = SummaryWriter(str(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", 0) / "tensorboard"))
     for i in range(2):  # 2 iterations of 1800 s: generate 600 + update 1200 (forward lies inside prepare: left out)
