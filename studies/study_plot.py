@@ -49,7 +49,7 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
         prefix = eval_prefix(plan, out)
         tags += [f"{prefix}pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
     fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
-    colours = plt.get_cmap("tab20").colors
+    colours = plt.get_cmap("tab10").colors  # ten distinct hues (tab20's pairs are near twins), then dashed, dotted
     counts = []
     for k, (algo, controller) in enumerate(plan.grid()):
         curves: dict[str, list] = {tag: [] for tag in tags}
