@@ -26,8 +26,9 @@ from lit_entropy.analysis.runs import scalar_events, times_of
 FORMAT = "lit-entropy-study-records/1"
 
 KEPT_TAGS = ("rollout/", "eval/", "control/", "train/masked_frac_", "train/clipfrac", "rollout_corr/", "diag/",
-             "time/", "iteration")
-"""Tag prefixes a record keeps: everything the study table, the dose, the verdicts and the figure read."""
+             "time/", "stop/", "iteration")
+"""Tag prefixes a record keeps: everything the study table, the dose, the verdicts, the report's notes (a run
+stopped as diverged: ``stop/diverged``) and the figure read."""
 
 WALL_TAG = "rollout/entropy"
 """The tag whose wall-clock times are kept (the table's seconds per iteration)."""

@@ -57,6 +57,18 @@ def test_an_imported_run_summarises_like_the_original(tmp_path: Path) -> None:
     assert not (dst / "runs" / "grpo+repo_r" / "seed2").exists()
 
 
+def test_a_run_stopped_as_diverged_is_still_stopped_after_import(tmp_path: Path) -> None:
+    src, dst, f = tmp_path / "study", tmp_path / "elsewhere", tmp_path / "records.json.gz"
+    folder = src / "runs" / "grpo+repo_r" / "seed0"
+    _run(folder, lam=0.5)
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    writer.add_scalar("stop/diverged", 1.0, 5)  # callbacks/stop=diverged ended it after iteration 5
+    writer.close()
+    export_records(src, f)
+    import_records(f, dst)
+    assert run_summary(dst / "runs" / "grpo+repo_r" / "seed0")["stopped_at"] == 5
+
+
 def test_records_keep_no_command_line_or_path(tmp_path: Path) -> None:
     _run(tmp_path / "study" / "runs" / "c" / "seed0", lam=0.5)
     ov = tmp_path / "study" / "runs" / "c" / "seed0" / ".hydra" / "overrides.yaml"  # a resumed run's overrides
