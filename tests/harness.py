@@ -115,6 +115,10 @@ class Harness:
             kwargs = dict(model_path=model_path, eos_id=eos_id, pad_id=pad_id, max_model_len=max_model_len,
                           world_size=world_size, generation_batch=generation_batch)
             key = (repr(sorted(fixed.items())), repr(sorted(kwargs.items())))
+            if self.engines and not _parallel_groups_alive():
+                # An engine some test built and closed by hand tore down vLLM's process-wide parallel groups,
+                # which the shared engines use: they can no longer generate. Drop them; start afresh.
+                self.close()
             if key not in self.engines:
                 self.engines[key] = partial(**kwargs)
                 self.starts += 1
@@ -173,6 +177,14 @@ class Harness:
         trainer, module, metrics = fitted.trainer, fitted.module, fitted.metrics
         return RunResult(run_dir=run_dir, scalars=read_scalars(run_dir), metrics=metrics, module=module,
                          trainer=trainer, cfg=cfg, warnings=[str(w.message) for w in caught])
+
+
+def _parallel_groups_alive() -> bool:
+    """Whether vLLM's process-wide tensor and pipeline parallel groups exist (closing any in-process engine
+    destroys them for every engine of the process)."""
+    from vllm.distributed import parallel_state
+
+    return parallel_state.model_parallel_is_initialized()
 
 
 class _process_state:

@@ -30,3 +30,17 @@ def test_two_fits_on_the_shared_engine_equal_two_fresh_processes(tmp_path, harne
         assert sorted(got) == sorted(fresh), name
         for tag, values in fresh.items():
             assert got[tag] == values, (name, tag, got[tag], values)
+
+
+def test_a_fit_after_a_hand_closed_engine_starts_afresh_and_logs_the_same(tmp_path, harness):
+    """A test that builds a ``VLLMEngine`` itself and closes it destroys vLLM's process-wide parallel groups,
+    which the harness's shared engine needs: the next fit must notice, start a new engine, and log as before."""
+    from vllm.distributed import parallel_state
+
+    overrides = RUNS["second"]
+    before = harness.fit(overrides, tmp_path, name="before")
+    starts = harness.starts
+    parallel_state.destroy_model_parallel()  # what the hand-built engine's close does to the whole process
+    after = harness.fit(overrides, tmp_path, name="after")
+    assert harness.starts == starts + 1
+    assert _timeless(after.scalars) == _timeless(before.scalars)
