@@ -77,21 +77,18 @@ def export_records(out: str | Path, dest: str | Path) -> int:
 def import_run(record: dict[str, Any], folder: str | Path) -> None:
     """Write ``record`` back as a run folder the study reads like the original."""
     import yaml
-    from torch.utils.tensorboard import SummaryWriter
+
+    from lit_entropy.analysis.tfevents import write_scalars
 
     folder = Path(folder)
     (folder / ".hydra").mkdir(parents=True, exist_ok=True)
     (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(record["config"], sort_keys=False))
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(record["overrides"]))
     walls = record.get("wall_times") or []
-    writer = SummaryWriter(log_dir=str(folder / "tensorboard"), max_queue=1_000_000, flush_secs=3600)  # one write
-    try:
-        for tag, points in record["scalars"].items():
-            for i, (step, value) in enumerate(points):
-                wall = walls[i] if tag == WALL_TAG and i < len(walls) else None
-                writer.add_scalar(tag, value, global_step=step, walltime=wall)
-    finally:
-        writer.close()
+    write_scalars(folder / "tensorboard", {
+        tag: [(step, value, walls[i] if tag == WALL_TAG and i < len(walls) else None)
+              for i, (step, value) in enumerate(points)]
+        for tag, points in record["scalars"].items()})
     (folder / "done.json").write_text(json.dumps({**record["done"], "imported": True}, indent=1))
 
 

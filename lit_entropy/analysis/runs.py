@@ -25,16 +25,17 @@ def scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, float
     """Every scalar below ``run_dir`` with its wall-clock time: ``tag -> [(step, value, wall_time), ...]`` sorted by
     step, the points :func:`read_scalars` reads. One pass over the event files gives both (a study's report reads
     hundreds of runs; the files, not the arithmetic, are its cost)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from lit_entropy.analysis.tfevents import stream_scalars
 
+    folders: dict[Path, list[Path]] = {}
+    for f in event_files(run_dir):
+        folders.setdefault(f.parent, []).append(f)
     out: dict[str, list[tuple[int, float, float]]] = {}
-    for folder in dict.fromkeys(f.parent for f in event_files(run_dir)):
-        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
+    for files in folders.values():  # one folder, one stream: its later files' purges reach its earlier ones
+        for tag, points in stream_scalars(files).items():
             first: dict[tuple[int, float], float] = {}  # a point written twice identically: its first copy
-            for e in acc.Scalars(tag):
-                first.setdefault((int(e.step), float(e.value)), e.wall_time)
+            for step, value, wall in points:
+                first.setdefault((int(step), float(value)), wall)
             out.setdefault(tag, []).extend((step, value, wall) for (step, value), wall in first.items())
     return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}
 

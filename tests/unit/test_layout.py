@@ -19,6 +19,7 @@ PACKAGE = "lit_entropy"
 SOURCES = {PACKAGE: ROOT / "lit_entropy", "studies": ROOT / "studies", "benchmarks": ROOT / "benchmarks"}
 STUDIES_MAY_IMPORT = {
     "lit_entropy.analysis.runs",  # finished runs' TensorBoard scalars
+    "lit_entropy.analysis.tfevents",  # event files' scalars, read and written (records rebuilt as runs)
     "lit_entropy.callbacks",  # CONTROLLERS and their Dose
     "lit_entropy.config_path",
     "lit_entropy.diagnostics.entropy_law",
