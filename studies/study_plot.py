@@ -22,6 +22,20 @@ HELD_OUT_SAMPLED = "eval/held_out/sampled/"
 """Where a task with evaluation splits (the real-LM arithmetic) logs its held-out sampled pass@k."""
 
 
+def last_eval(scalars: dict[str, list[tuple[int, float]]], tag: str) -> float | None:
+    """A run's ``tag`` at its last evaluation (after the last iteration, or at a stop), None if it never logged it."""
+    series = eval_series(scalars, tag)
+    return series[max(series)] if series else None
+
+
+def trade_axes(plan: StudyPlan, prefix: str) -> tuple[str, str] | None:
+    """The final panel's x and y tags: sampled pass@(smallest k) against pass@(largest k of the last evaluation),
+    where that last evaluation has a k beyond the periodic ones (the protocol's 64 samples against 8); else None."""
+    if not plan.eval_final_ks or max(plan.eval_final_ks) <= max(plan.eval_ks):
+        return None
+    return f"{prefix}pass@{min(plan.eval_final_ks)}", f"{prefix}pass@{max(plan.eval_final_ks)}"
+
+
 def eval_prefix(plan: StudyPlan, out: Path) -> str:
     """``eval/held_out/sampled/`` when the study's runs log a held-out split (disjoint from training), else
     ``eval/`` (a task without splits), read from the first finished run."""
@@ -38,7 +52,9 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     evaluation, a panel each for the smallest and largest k. ``start``: eval values of the
     policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
     iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
-    titles give the seeds per cell."""
+    titles give the seeds per cell. Where the last evaluation has a larger k than the periodic ones, a last panel
+    puts each cell's final pass@1 against that pass@k (mean ± sd over seeds, the starting policy as a star): the
+    trade of the one for the other that entropy methods make."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,11 +64,15 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     if plan.eval_every:  # eval pass@k during training: one panel per k, smallest and largest
         prefix = eval_prefix(plan, out)
         tags += [f"{prefix}pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
-    fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 5))
+    trade = trade_axes(plan, eval_prefix(plan, out)) if plan.eval_final_ks else None
+    panels = len(tags) + (trade is not None)
+    legend_inches = 3.2  # the cell names beside the panels (the longest ~45 characters at 7 pt)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels + legend_inches, 5))
     colours = plt.get_cmap("tab10").colors  # ten distinct hues (tab20's pairs are near twins), then dashed, dotted
     counts = []
     for k, (algo, controller) in enumerate(plan.grid()):
         curves: dict[str, list] = {tag: [] for tag in tags}
+        finals: list[tuple[float, float]] = []  # (pass@1, pass@k) after the last iteration, one per seed
         for seed in plan.seeds:
             folder = run_dir(out, algo, controller, seed)
             scalars = read_scalars(folder) if finished(folder) else {}
@@ -66,11 +86,20 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
                             curves[tag].append(series)
                     elif scalars.get(tag):
                         curves[tag].append(values(scalars[tag]))
+                if trade is not None:
+                    x, y = last_eval(scalars, trade[0]), last_eval(scalars, trade[1])
+                    if x is not None and y is not None:
+                        finals.append((x, y))
         if not curves["rollout/entropy"]:
             continue
         counts.append(len(curves["rollout/entropy"]))
         style = {"color": colours[k % len(colours)], "linestyle": ("-", "--", ":")[k // len(colours) % 3]}
-        for ax, (tag, runs) in zip(axes, curves.items(), strict=True):
+        if finals:
+            xs, ys = [x for x, _ in finals], [y for _, y in finals]
+            sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0  # noqa: E731
+            axes[-1].errorbar(statistics.mean(xs), statistics.mean(ys), xerr=sd(xs), yerr=sd(ys), marker="o",
+                              ms=6, capsize=3, lw=1, color=style["color"], mfc="none" if style["linestyle"] != "-" else None)
+        for ax, (tag, runs) in zip(axes, curves.items(), strict=False):
             if not runs:
                 continue
             if tag.startswith("eval/"):  # the iterations every seed evaluated after
@@ -88,12 +117,24 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     titles = ["rollout/entropy (nats, log scale)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
     titles += [("held-out (disjoint) sampled " + tag.rsplit("/", 1)[1]) if tag.startswith(HELD_OUT_SAMPLED)
                else f"eval {tag}" for tag in tags[2:]]
-    for ax, title in zip(axes, titles, strict=True):
+    for ax, title in zip(axes, titles, strict=False):
         ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
+    if trade is not None:
+        ax = axes[-1]
+        if start and trade[0] in start and trade[1] in start:
+            ax.plot(start[trade[0]], start[trade[1]], marker="*", ms=12, color="black", ls="none")
+            ax.annotate("start", (start[trade[0]], start[trade[1]]), textcoords="offset points", xytext=(6, -4), fontsize=8)
+        name = lambda tag: tag.rsplit("/", 1)[1]  # noqa: E731
+        where = "held-out (disjoint) sampled" if trade[0].startswith(HELD_OUT_SAMPLED) else "eval"
+        ax.set_title(f"after the last iteration: {where} {name(trade[0])} against {name(trade[1])}; "
+                     f"mean ± sd over {seeds} seeds", fontsize=10)
+        ax.set_xlabel(name(trade[0]))
+        ax.set_ylabel(name(trade[1]))
+        ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    right = 1 - 0.2 * 2 / len(tags)
+    right = 1 - legend_inches / (6.5 * panels + legend_inches)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0, right, 1))
     png.parent.mkdir(parents=True, exist_ok=True)

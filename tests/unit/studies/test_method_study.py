@@ -404,3 +404,34 @@ def test_the_figure_draws_the_held_out_split_where_the_runs_log_one(tmp_path: Pa
     assert eval_prefix(plan, tmp_path) == HELD_OUT_SAMPLED
     plot(plan, tmp_path, tmp_path / "study.png")
     assert (tmp_path / "study.png").stat().st_size > 10_000
+
+
+def test_the_last_panel_puts_final_pass_at_1_against_the_last_evaluations_largest_k(tmp_path: Path) -> None:
+    from studies.study_plot import HELD_OUT_SAMPLED, last_eval, plot, trade_axes
+
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0, 1], eval_every=2, eval_ks=(1, 8),
+                     eval_final_n=64, eval_final_ks=(1, 8, 64))
+    assert trade_axes(plan, HELD_OUT_SAMPLED) == (f"{HELD_OUT_SAMPLED}pass@1", f"{HELD_OUT_SAMPLED}pass@64")
+    assert trade_axes(StudyPlan(algos=["grpo"], controllers=["none"], eval_ks=(1, 8)), "eval/") is None
+    assert trade_axes(StudyPlan(algos=["grpo"], controllers=["none"], eval_ks=(1, 8), eval_final_ks=(1, 8)), "eval/") is None
+    for seed in plan.seeds:
+        folder = run_dir(tmp_path, "grpo", "none", seed)
+        _write_run(folder, [2.0, 1.5, 1.0, 0.5], [0.1, 0.2, 0.3, 0.4])
+        writer = SummaryWriter(str(folder / "tensorboard"))
+        writer.add_scalar(f"{HELD_OUT_SAMPLED}pass@1", 0.2, 2)
+        writer.add_scalar(f"{HELD_OUT_SAMPLED}pass@1", 0.3 + seed / 10, 4)
+        writer.add_scalar(f"{HELD_OUT_SAMPLED}pass@64", 0.5, 4)  # only the last evaluation has k = 64
+        writer.close()
+        (folder / "done.json").write_text("{}")
+    from lit_entropy.analysis.runs import read_scalars
+
+    scalars = read_scalars(run_dir(tmp_path, "grpo", "none", 1))
+    assert last_eval(scalars, f"{HELD_OUT_SAMPLED}pass@1") == pytest.approx(0.4)
+    assert last_eval(scalars, f"{HELD_OUT_SAMPLED}pass@64") == pytest.approx(0.5)
+    assert last_eval(scalars, f"{HELD_OUT_SAMPLED}pass@16") is None
+    start = {f"{HELD_OUT_SAMPLED}pass@1": 0.02, f"{HELD_OUT_SAMPLED}pass@64": 0.375}
+    plot(plan, tmp_path, tmp_path / "study.png", start=start)
+    from PIL import Image
+
+    with Image.open(tmp_path / "study.png") as im:  # five panels side by side: wider than the four-panel figure
+        assert im.size[0] > 5 * 6 * 100
