@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from studies.dose import dose_legend, method_of
+from studies.dose import dose_cell, dose_legend, method_of
 from studies.lab_to_real import compare_verdicts
-from studies.method_study import run_study, summarise
+from studies.method_study import COLUMNS, run_study, summarise
 from studies.protocol import (
     Point,
     Protocol,
@@ -100,10 +100,27 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
         if law:
             seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
-    blocks = (table.split("\n\n")[0], stopped_line(runs), compute_line(runs), legend,
+    blocks = (table.split("\n\n")[0], runs_table([*points, *controls], runs, columns), stopped_line(runs), compute_line(runs), legend,
               verdict_report(verdicts, protocol.baseline, protocol.interval), sensitivity(verdicts, check, other.kind),
               *against, seeds, lab)
     return "\n\n".join(x for x in blocks if x)
+
+
+def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], columns: tuple[str, ...]) -> str:
+    """Every finished run on its own row (cell in the protocol's order, then seed): the cell table's means hide
+    which seed did what, and a run the stop rule ended or a cell whose seeds disagree shows here. ""
+    when no run is finished."""
+    keys = [c for c in columns if not c.endswith("_mid")]  # the mid-run evaluations stay in the cell table
+    if "h_min" not in keys:  # the lowest entropy: a fall the run undid before its end
+        keys[keys.index("h_final") + 1 if "h_final" in keys else 0:0] = ["h_min"]
+    lines = ["**Run by run** (the cell table's columns for each finished run):", "",
+             "| cell | seed | " + " | ".join(COLUMNS[k] for k in keys) + " |", "|" + "---|" * (2 + len(keys))]
+    for p in points:
+        for seed, s in sorted(runs.get(p.name, {}).items()):
+            cells = [dose_cell(method_of(p.algo, p.controller), [s.get(k)]) if k == "dose"
+                     else "—" if s.get(k) is None else f"{s[k]:.3f}" for k in keys]
+            lines.append(f"| {p.name} | {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > 4 else ""
 
 
 def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:

@@ -378,3 +378,19 @@ def test_the_methods_nearest_the_baseline_get_its_extra_seeds_once_chosen(tmp_pa
     assert nearest_methods(fresh, picks, tmp_path) == ["clip_cov"] and fresh.seeds_of("clip_cov") == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="nearest"):
         _tiny(tmp_path, text.replace("seeds: [3]", "seeds: [7]"))  # not among the baseline's seeds
+
+
+def test_the_report_lists_every_finished_run_on_its_own_row(tmp_path: Path) -> None:
+    p, picks = _finished_cells(tmp_path)
+    writer = SummaryWriter(str(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", 2) / "tensorboard"))
+    writer.add_scalar("eval/pass@8", 0.9, 3)  # seed 2's last evaluation differs from its seeds'
+    writer.close()
+    report = evaluation_report(p, picks, tmp_path)
+    lines = report.splitlines()
+    head = lines.index("**Run by run** (the cell table's columns for each finished run):")
+    assert report.index("| algo | controller | seeds |") < report.index("**Run by run**") < report.index("**Labelling rule**")
+    assert lines[head + 2].startswith("| cell | seed | H final | H min |")
+    rows = [line for line in lines[head + 4:] if line.startswith("| ")][:6]
+    assert [r.split(" | ")[:2] for r in rows] == [["| grpo-lr0.0002", str(s)] for s in (0, 1, 2)] + \
+        [["| clip_cov-rho0.01", str(s)] for s in (0, 1, 2)]
+    assert "| 0.900 |" in rows[2] and "| 0.900 |" not in rows[1]
