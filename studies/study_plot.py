@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -66,8 +67,19 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
         tags += [f"{prefix}pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
     trade = trade_axes(plan, eval_prefix(plan, out)) if plan.eval_final_ks else None
     panels = len(tags) + (trade is not None)
-    legend_inches = 3.2  # the cell names beside the panels (the longest ~45 characters at 7 pt)
-    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels + legend_inches, 5))
+    if panels >= 4:  # rows of three, the legend in the slot after the last panel: legible at a page's width
+        rows = math.ceil((panels + 1) / 3)
+        fig, grid = plt.subplots(rows, 3, figsize=(5.4 * 3, 4.4 * rows), squeeze=False)
+        slots = list(grid.flat)
+        axes, legend_ax = slots[:panels], slots[panels]
+        for ax in slots[panels:]:
+            ax.axis("off")
+        right = 1.0
+    else:  # one row, the legend beside it (the longest cell names ~45 characters at 7 pt)
+        legend_inches = 3.2
+        fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels + legend_inches, 5), squeeze=False)
+        axes, legend_ax = list(axes.flat), None
+        right = 1 - legend_inches / (6.5 * panels + legend_inches)
     colours = plt.get_cmap("tab10").colors  # ten distinct hues (tab20's pairs are near twins), then dashed, dotted
     counts = []
     for k, (algo, controller) in enumerate(plan.grid()):
@@ -128,14 +140,16 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
             ax.annotate("start", (start[trade[0]], start[trade[1]]), textcoords="offset points", xytext=(6, -4), fontsize=8)
         name = lambda tag: tag.rsplit("/", 1)[1]  # noqa: E731
         where = "held-out (disjoint) sampled" if trade[0].startswith(HELD_OUT_SAMPLED) else "eval"
-        ax.set_title(f"after the last iteration: {where} {name(trade[0])} against {name(trade[1])}; "
+        ax.set_title(f"after the last iteration: {where} {name(trade[0])} against\n{name(trade[1])}; "
                      f"mean ± sd over {seeds} seeds", fontsize=10)
         ax.set_xlabel(name(trade[0]))
         ax.set_ylabel(name(trade[1]))
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    right = 1 - legend_inches / (6.5 * panels + legend_inches)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
+    if legend_ax is not None:
+        legend_ax.legend(handles, labels, loc="center left", fontsize=9, frameon=False)
+    else:
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0, right, 1))
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)

@@ -433,5 +433,5 @@ def test_the_last_panel_puts_final_pass_at_1_against_the_last_evaluations_larges
     plot(plan, tmp_path, tmp_path / "study.png", start=start)
     from PIL import Image
 
-    with Image.open(tmp_path / "study.png") as im:  # five panels side by side: wider than the four-panel figure
-        assert im.size[0] > 5 * 6 * 100
+    with Image.open(tmp_path / "study.png") as im:  # five panels and the legend: two rows of three
+        assert im.size[1] > 8 * 100 and im.size[0] < 2 * im.size[1]
