@@ -166,3 +166,47 @@ def dose_legend(methods: list[str]) -> str:
     lines = [f"- dose of `{m}`: {METHOD_DOSE[m].what}; under {METHOD_DOSE[m].threshold:g}: {NOT_TESTED}"
              for m in dict.fromkeys(methods) if m in METHOD_DOSE]
     return "\n".join(lines)
+
+
+_SERIES: dict[str, tuple[str, Any]] = {
+    "clipfrac_high": ("train/clipfrac_high", None),
+    "lambda_mean": ("control/repo_lambda", None),  # signed: which way λ pushes, not only how hard
+    "m_active_frac": ("control/direction", lambda m: float(m != 0)),
+    "dropped_frac": ("control/entrocraft_kept_frac", lambda kept: 1.0 - kept),
+    "pic_alpha_mean": ("control/pic_alpha", None),
+    "entropy_coef_mean": ("control/entropy_coef", None),
+}
+"""Dose key -> the scalar behind it and the map of each logged value (None: as logged), for the trajectory."""
+
+
+def dose_series(method: str, s: dict[str, list[float]]) -> list[tuple[str, list[float]]]:
+    """The scalars behind ``method``'s dose in one run, as ``(name, values in step order)``: its dose's own tag
+    (``m≠0`` for Entrocraft's direction, ``1 − kept`` for its dropped rows, the signed λ for REPO), and ADAPO's
+    ``control/eps_high`` where the run logged it. Empty for a method without a dose rule or a run that did not
+    log it."""
+    rule = METHOD_DOSE.get(method)
+    got: list[tuple[str, list[float]]] = []
+    if rule is not None:
+        if rule.key == "sel_frac":
+            tag, fn = next((t for t in s if t.startswith("train/masked_frac_") and s[t]), ""), None
+        else:
+            tag, fn = _SERIES.get(rule.key, (rule.tag or "", None))
+        if s.get(tag):
+            name = {"control/direction": "m ≠ 0", "control/entrocraft_kept_frac": "1 − kept"}.get(tag, tag)
+            got.append((name, [fn(x) for x in s[tag]] if fn else list(s[tag])))
+    if s.get("control/eps_high"):
+        got.append(("control/eps_high", list(s["control/eps_high"])))
+    return got
+
+
+def window_means(xs: list[float], iterations: int, window: int) -> list[float]:
+    """Means of ``xs`` over consecutive windows of ``window`` RL iterations, for a run of ``iterations``
+    iterations. ``xs`` is per iteration or per optimizer step (as many a step as an iteration: ``len(xs)`` a
+    multiple of ``iterations``); value i belongs to iteration ``i * iterations // len(xs)``. The last window may
+    be shorter (a run stopped early)."""
+    if not xs or iterations <= 0:
+        return []
+    buckets: dict[int, list[float]] = {}
+    for i, x in enumerate(xs):
+        buckets.setdefault(i * iterations // len(xs) // window, []).append(x)
+    return [statistics.mean(buckets[b]) for b in sorted(buckets)]

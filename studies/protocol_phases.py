@@ -5,13 +5,14 @@ verdicts by :mod:`studies.verdicts` and the figure."""
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from studies.dose import dose_cell, dose_legend, method_of
+from studies.dose import dose_cell, dose_legend, dose_series, method_of, window_means
 from studies.lab_to_real import compare_verdicts
-from studies.method_study import COLUMNS, run_study, summarise
+from studies.method_study import COLUMNS, run_dir, run_study, summarise
 from studies.protocol import (
     Point,
     Protocol,
@@ -100,7 +101,8 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
         if law:
             seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
-    blocks = (table.split("\n\n")[0], runs_table([*points, *controls], runs, columns), stopped_line(runs), compute_line(runs), legend,
+    blocks = (table.split("\n\n")[0], runs_table([*points, *controls], runs, columns), stopped_line(runs),
+              compute_line(runs), legend, dose_trajectory_table(points, runs, out, protocol.iterations),
               verdict_report(verdicts, protocol.baseline, protocol.interval), sensitivity(verdicts, check, other.kind),
               *against, seeds, lab)
     return "\n\n".join(x for x in blocks if x)
@@ -121,6 +123,44 @@ def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], 
                      else "—" if s.get(k) is None else f"{s[k]:.3f}" for k in keys]
             lines.append(f"| {p.name} | {seed} | " + " | ".join(cells) + " |")
     return "\n".join(lines) if len(lines) > 4 else ""
+
+
+DOSE_WINDOW = 10
+"""Iterations per column of the dose-over-the-run table."""
+
+
+def dose_trajectory_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], out: Path,
+                          iterations: int, window: int = DOSE_WINDOW) -> str:
+    """The dose's course over the run (λ's sign and its bound, a clip fraction that dies out, a band entered
+    late), which its mean in the cell table hides: per method, the scalars behind its dose
+    (:func:`studies.dose.dose_series`), each seed's mean over every ``window`` iterations, averaged over the
+    seeds that reached the window. "" when no finished run has a dose scalar."""
+    from lit_entropy.analysis.runs import read_scalars, values
+
+    spans = [(a + 1, min(a + window, iterations)) for a in range(0, iterations, window)]
+    lines = []
+    for p in points:
+        method = method_of(p.algo, p.controller)
+        per_name: dict[str, list[list[float]]] = {}
+        for seed in sorted(runs.get(p.name, {})):
+            s = {tag: values(pts) for tag, pts in read_scalars(run_dir(out, *p.cell, seed)).items()}
+            done = len(s.get("rollout/entropy", []))
+            for name, xs in dose_series(method, s):
+                per_name.setdefault(name, []).append(window_means(xs, done, window))
+        for name, seeds in per_name.items():
+            cells = []
+            for w in range(len(spans)):
+                got = [m[w] for m in seeds if w < len(m)]
+                cells.append(f"{statistics.mean(got):.4f}" if got else "—")
+            lines.append(f"| {p.method} | {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    head = [f"**Dose over the run** (the scalars behind each method's dose: each seed's mean over every {window} "
+            "iterations, averaged over the seeds that reached them; REPO's λ signed, Entrocraft's the fraction of "
+            "iterations with m ≠ 0):", "",
+            "| method | scalar | seeds | " + " | ".join(f"iterations {a}–{b}" for a, b in spans) + " |",
+            "|" + "---|" * (3 + len(spans))]
+    return "\n".join(head + lines)
 
 
 def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:

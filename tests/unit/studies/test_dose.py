@@ -15,9 +15,11 @@ from studies.dose import (
     dose_cell,
     dose_given,
     dose_metrics,
+    dose_series,
     method_dose,
     method_from_config,
     method_of,
+    window_means,
 )
 from studies.method_study import StudyPlan, run_dir, run_summary, summarise
 
@@ -140,3 +142,24 @@ def test_doses_declared_with_a_tag_are_that_tags_run_mean() -> None:
         assert d[rule.key] == pytest.approx(0.02)
         assert method_dose(method, d) == pytest.approx(0.02)
     assert dose_metrics({})["stare_reweighted_frac"] is None  # not logged: no dose
+
+
+def test_the_dose_series_is_the_scalar_behind_each_methods_dose() -> None:
+    s = {"train/masked_frac_kl_cov": [0.01, 0.02], "train/clipfrac_high": [0.1, 0.3], "control/repo_lambda": [-0.01, 1.0],
+         "control/direction": [0.0, -1.0, 1.0], "control/entrocraft_kept_frac": [1.0, 0.75]}
+    assert dose_series("kl_cov", s) == [("train/masked_frac_kl_cov", [0.01, 0.02])]
+    assert dose_series("dapo", s) == [("train/clipfrac_high", [0.1, 0.3])]
+    assert dose_series("repo_r", s) == [("control/repo_lambda", [-0.01, 1.0])]  # signed
+    assert dose_series("entrocraft_hard", s) == [("m ≠ 0", [0.0, 1.0, 1.0])]
+    assert dose_series("entrocraft", s) == [("1 − kept", [0.0, 0.25])]
+    assert dose_series("grpo", s) == [] and dose_series("repo_d", {}) == []
+    adapo = dose_series("adapo", {"train/clipfrac_high": [0.2], "control/eps_high": [0.28]})
+    assert adapo == [("train/clipfrac_high", [0.2]), ("control/eps_high", [0.28])]
+
+
+def test_window_means_map_steps_to_iterations() -> None:
+    per_iteration = [float(i) for i in range(1, 7)]  # 6 iterations, windows of 4: iterations 1-4 and 5-6
+    assert window_means(per_iteration, 6, 4) == [2.5, 5.5]
+    per_step = [x for i in per_iteration for x in (i, i + 1)]  # two optimizer steps an iteration
+    assert window_means(per_step, 6, 4) == [3.0, 6.0]
+    assert window_means([], 6, 4) == [] and window_means([1.0], 0, 4) == []

@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -394,3 +395,16 @@ def test_the_report_lists_every_finished_run_on_its_own_row(tmp_path: Path) -> N
     assert [r.split(" | ")[:2] for r in rows] == [["| grpo-lr0.0002", str(s)] for s in (0, 1, 2)] + \
         [["| clip_cov-rho0.01", str(s)] for s in (0, 1, 2)]
     assert "| 0.900 |" in rows[2] and "| 0.900 |" not in rows[1]
+
+
+def test_the_report_follows_each_methods_dose_over_the_run(tmp_path: Path) -> None:
+    p, picks = _finished_cells(tmp_path)  # Clip-Cov's masked fraction 0.02 at both optimizer steps, 2 iterations
+    folder = run_dir(tmp_path, "clip_cov@clip_cov-rho0.01", "none", 2)
+    shutil.rmtree(folder)
+    _run(folder, 0.0, 0.0, masked=0.05)  # seed 2 at 0.05
+    report = evaluation_report(p, picks, tmp_path)
+    lines = report.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("**Dose over the run**"))
+    assert lines[head + 2] == "| method | scalar | seeds | iterations 1–2 |"
+    assert lines[head + 4] == "| clip_cov | train/masked_frac_clip_cov | 3 | 0.0300 |"  # (0.02 + 0.02 + 0.05) / 3
+    assert len([line for line in lines[head + 4:] if line.startswith("| grpo")]) == 0  # GRPO has no dose
