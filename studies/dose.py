@@ -168,15 +168,16 @@ def dose_legend(methods: list[str]) -> str:
     return "\n".join(lines)
 
 
-_SERIES: dict[str, tuple[str, Any]] = {
-    "clipfrac_high": ("train/clipfrac_high", None),
-    "lambda_mean": ("control/repo_lambda", None),  # signed: which way λ pushes, not only how hard
-    "m_active_frac": ("control/direction", lambda m: float(m != 0)),
-    "dropped_frac": ("control/entrocraft_kept_frac", lambda kept: 1.0 - kept),
-    "pic_alpha_mean": ("control/pic_alpha", None),
-    "entropy_coef_mean": ("control/entropy_coef", None),
+_SERIES: dict[str, tuple[str, str, Any]] = {
+    "clipfrac_high": ("train/clipfrac_high", "train/clipfrac_high", None),
+    "lambda_mean": ("control/repo_lambda", "control/repo_lambda", None),  # signed: which way λ pushes, not only how hard
+    "m_active_frac": ("control/direction", "m ≠ 0", lambda m: float(m != 0)),
+    "dropped_frac": ("control/entrocraft_kept_frac", "1 − kept", lambda kept: 1.0 - kept),
+    "pic_alpha_mean": ("control/pic_alpha", "control/pic_alpha", None),
+    "entropy_coef_mean": ("control/entropy_coef", "control/entropy_coef", None),
 }
-"""Dose key -> the scalar behind it and the map of each logged value (None: as logged), for the trajectory."""
+"""Dose key -> the scalar behind it, its name in the trajectory table and the map of each logged value (None: as
+logged). The selection rules' ``train/masked_frac_<rule>`` and the doses declared with a ``tag`` are found apart."""
 
 
 def dose_series(method: str, s: dict[str, list[float]]) -> list[tuple[str, list[float]]]:
@@ -188,11 +189,11 @@ def dose_series(method: str, s: dict[str, list[float]]) -> list[tuple[str, list[
     got: list[tuple[str, list[float]]] = []
     if rule is not None:
         if rule.key == "sel_frac":
-            tag, fn = next((t for t in s if t.startswith("train/masked_frac_") and s[t]), ""), None
+            tag = next((t for t in s if t.startswith("train/masked_frac_") and s[t]), "")
+            name, fn = tag, None
         else:
-            tag, fn = _SERIES.get(rule.key, (rule.tag or "", None))
+            tag, name, fn = _SERIES.get(rule.key, (rule.tag or "", rule.tag or "", None))
         if s.get(tag):
-            name = {"control/direction": "m ≠ 0", "control/entrocraft_kept_frac": "1 − kept"}.get(tag, tag)
             got.append((name, [fn(x) for x in s[tag]] if fn else list(s[tag])))
     if s.get("control/eps_high"):
         got.append(("control/eps_high", list(s["control/eps_high"])))
