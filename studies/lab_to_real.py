@@ -7,7 +7,9 @@ verdict:
 
 * *transfers*: the same label on both (reproduced on both, or not reproduced on both);
 * *reverses*: one reproduced and the other's interval excludes 0 against the claim;
-* *cannot separate*: one reproduced and the other's interval includes 0;
+* *real LM cannot separate*: reproduced in the lab, and the real model's interval includes 0 (it may need more
+  seeds or problems, or the effect may be smaller there);
+* *separates on the real LM only*: reproduced on the real model where the lab's interval included 0;
 * *not comparable*: either side was not tested at its dose or had too few seeds.
 """
 
@@ -28,7 +30,9 @@ def outcome(lab: Verdict, real: Verdict) -> str:
         return "transfers"
     against = real if lab.label == REPRODUCED else lab  # the side that did not reproduce
     lo, hi = against.interval if against.claim.direction == "higher" else (-against.interval[1], -against.interval[0])
-    return "reverses" if hi < 0 and against.label == NOT_REPRODUCED else "cannot separate"
+    if hi < 0 and against.label == NOT_REPRODUCED:
+        return "reverses"
+    return "real LM cannot separate" if against is real else "separates on the real LM only"
 
 
 def compare_verdicts(lab: list[Verdict], real: list[Verdict], metric_map: dict[str, str] = METRIC_MAP) -> str:

@@ -15,7 +15,9 @@ def test_each_outcome():
     rep = v("repo_r", "h_final", (0.2, 0.4), "reproduced")
     assert outcome(rep, v("repo_r", "h_final", (0.1, 0.3), "reproduced")) == "transfers"
     assert outcome(rep, v("repo_r", "h_final", (-0.3, -0.1), "not reproduced")) == "reverses"
-    assert outcome(rep, v("repo_r", "h_final", (-0.1, 0.3), "not reproduced")) == "cannot separate"
+    assert outcome(rep, v("repo_r", "h_final", (-0.1, 0.3), "not reproduced")) == "real LM cannot separate"
+    assert outcome(v("kl_cov", "pass@64", (-0.1, 0.3), "not reproduced"),
+                   v("kl_cov", "pass@64", (0.1, 0.2), "reproduced")) == "separates on the real LM only"
     assert outcome(rep, v("repo_r", "h_final", (0.1, 0.3), "not tested at this dose")) == "not comparable"
     assert outcome(rep, v("repo_r", "h_final", None, "no verdict")) == "not comparable"
     neg = v("dapo", "h_final", (-0.2, -0.1), "not reproduced")
@@ -32,7 +34,7 @@ def test_the_table_pairs_the_labs_metrics_with_the_held_out_ones():
                                                                            "not reproduced")]
     table = compare_verdicts(lab, real).splitlines()
     assert table[2] == ("| repo_r | pass@64 > GRPO | +0.200, reproduced | -0.015, not reproduced | "
-                        "**cannot separate** |")
+                        "**real LM cannot separate** |")
     assert table[3].endswith("| **transfers** |") and len(table) == 4
 
 
@@ -66,5 +68,5 @@ def test_the_real_lm_protocols_report_sets_the_labs_verdicts_beside_its_own():
     block = lab_table(protocol, real).splitlines()
     assert block[0].startswith("**The lab's verdicts beside these** (conf/protocol/collapse.yaml")
     # the lab's dapo row of docs/results.md (+0.049, reproduced); sapo is reproduced on neither side
-    assert block[-2] == "| dapo | pass@1 > GRPO | +0.049, reproduced | +0.020, not reproduced | **cannot separate** |"
+    assert block[-2] == "| dapo | pass@1 > GRPO | +0.049, reproduced | +0.020, not reproduced | **real LM cannot separate** |"
     assert block[-1].startswith("| sapo | pass@1 > GRPO |") and block[-1].endswith("**reverses** |")
