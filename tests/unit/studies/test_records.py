@@ -193,3 +193,40 @@ def test_the_script_turns_missing_picks_into_a_usage_error(tmp_path: Path) -> No
     with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
         script.main(args)
     assert stop.value.code == 2 and "grpo-lr2e-05 seed 100" in err.getvalue()
+
+
+def test_the_real_lm_tables_in_docs_results_are_the_shipped_reports() -> None:
+    """docs/results.md's real-LM tables (between ``<!-- real-lm:NAME -->`` markers) say what the shipped report says:
+    the verdict table is the report's verdicts beside its control's, the cell table a choice of the report's cell
+    columns, and the seed-claim, law and lab-to-real tables the report's own. The report is checked against the
+    records byte for byte above, so a record added without these tables fails here."""
+    report = (ROOT / "docs" / "data" / "real_lm_report.md").read_text().split("\n\n")
+    page = (ROOT / "docs" / "results.md").read_text()
+    cells = lambda row: [c.strip() for c in row.strip("|").split("|")]  # noqa: E731
+
+    def block(prefix: str) -> list[str]:
+        return [b for b in report if b.startswith(prefix)][0].splitlines()
+
+    def on_page(name: str) -> list[str]:
+        start = page.index(f"<!-- real-lm:{name} -->\n") + len(f"<!-- real-lm:{name} -->\n")
+        return page[start:page.index(f"<!-- /real-lm:{name} -->")].rstrip("\n").splitlines()
+
+    ours, control = block("| method | setting | dose | claim")[2:], block("| method | claim | Δ vs control")[2:]
+    expected = []
+    for a, b in zip(ours, control, strict=True):
+        x, y = cells(a), cells(b)
+        assert x[0] == y[0]
+        expected.append([x[0], x[2], x[3].replace(" > baseline", " ↑"), *x[5:8], *y[2:5]])
+    assert [cells(r) for r in on_page("verdicts")[2:]] == expected
+
+    head = cells(report[0].splitlines()[0])
+    shown = cells(on_page("cells")[0])[1:]
+    by_cell = {cells(r)[0].split("@", 1)[1]: cells(r) for r in report[0].splitlines()[2:]}
+    rows = [cells(r) for r in on_page("cells")[2:]]
+    assert sorted(r[0] for r in rows) == sorted(by_cell)
+    for r in rows:
+        assert r[1:] == [by_cell[r[0]][head.index(c)] for c in shown], r[0]
+
+    for name, prefix in (("claims", "| seed | claim | cell"), ("law", "| cell | seed | law R²"),
+                         ("lab", "| method | claim | lab:")):
+        assert on_page(name) == block(prefix), name
