@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from hydra.utils import instantiate
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,6 +19,7 @@ from lit_entropy.checkpointing import check_resumable
 from lit_entropy.interrupt import InterruptLatch
 from lit_entropy.log_steps import tensorboard_resume, write_again
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
+from lit_entropy.policy.precision import cpu_half_support, slow_half_precision_note
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.batch import BatchConfig
 from lit_entropy.rollout.sampler import Sampler
@@ -164,7 +166,12 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if rank() == 0:
-        log.info("\n%s", startup_block(cfg, trainer))  # model=hf: the model's report came just before
+        log.info("\n%s", startup_block(cfg, trainer))
+        engine_dtype = (cfg.get("rollout") or {}).get("engine", {}).get("dtype")
+        note = slow_half_precision_note(str(trainer.precision), engine_dtype,
+                                        isinstance(trainer.accelerator, CPUAccelerator), cpu_half_support())
+        if note:
+            log.warning(note)  # model=hf: the model's report came just before
     return trainer, module, datamodule
 
 

@@ -8,6 +8,8 @@ scale halved). Log-probs, entropy, ratios and losses stay fp32 in every mode (th
 
 from __future__ import annotations
 
+import platform
+
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 
@@ -31,3 +33,33 @@ def fp16_mixed(accelerator: str = "cpu", init_scale: float = 2.0**16, growth_int
 def engine_dtype_for(trainer_precision: str | None) -> str | None:
     """The engine dtype that matches ``Trainer.precision`` (None when unknown)."""
     return ENGINE_DTYPE.get(str(trainer_precision)) if trainer_precision is not None else None
+
+
+HALF_PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16"}
+HALF_ENGINE_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def cpu_half_support() -> dict[str, bool]:
+    """What torch reports of this CPU: ``x86``, and ``half_units`` when it has AMX tiles or AVX512-BF16, the units
+    that make bf16 matmuls fast (on an AMX machine bf16 ran ~5x fp32 here)."""
+    def flag(name: str) -> bool:
+        probe = getattr(torch.cpu, name, None)
+        return bool(probe()) if callable(probe) else False
+
+    return {"x86": platform.machine().lower() in ("x86_64", "amd64"),
+            "half_units": flag("_is_amx_tile_supported") or flag("_is_avx512_bf16_supported")}
+
+
+def slow_half_precision_note(trainer_precision: str | None, engine_dtype: str | None, on_cpu: bool,
+                             support: dict[str, bool]) -> str | None:
+    """A warning for half precision (trainer or rollout engine) on an x86 CPU without AMX or AVX512-BF16, where
+    torch falls back to slow generic kernels: on an AVX2-only AMD EPYC one core ran a 576x576 by 576x1536 matmul
+    at 44 GFLOP/s in fp32 and 1.2 (bf16) or 1.3 (fp16) in half precision, and the first iteration of
+    ``experiment=real_lm`` took over 20 minutes instead of about one. None where nothing is half, off the CPU, on another
+    architecture (not measured) or where the units are there."""
+    half = sorted({HALF_PRECISIONS.get(str(trainer_precision)), HALF_ENGINE_DTYPES.get(str(engine_dtype))} - {None})
+    if not half or not on_cpu or not support.get("x86") or support.get("half_units"):
+        return None
+    return (f"{' and '.join(half)} on a CPU without AMX or AVX512-BF16 (torch reports "
+            f"{torch.backends.cpu.get_cpu_capability()}): its half-precision matmuls run 30-50x slower than fp32 "
+            "here; precision=fp32 is the fast choice on this machine")

@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from lit_entropy.objectives.policy_loss import clipped_surrogate
-from lit_entropy.policy.precision import engine_dtype_for, fp16_mixed
+from lit_entropy.policy.precision import (
+    cpu_half_support,
+    engine_dtype_for,
+    fp16_mixed,
+    slow_half_precision_note,
+)
+from tests.helpers import compose_train
+
+AVX2_ONLY = {"x86": True, "half_units": False}
+AMX = {"x86": True, "half_units": True}
 
 
 def test_fp16_plugin_on_cpu_skips_an_overflowing_step_and_halves_the_scale():
@@ -100,3 +109,43 @@ def test_an_engine_in_another_dtype_is_reported_at_start_up(caplog):
         dm.start(module)
     assert "samples in" not in caplog.text
     dm.close()
+
+
+@pytest.mark.parametrize(("precision", "engine", "named"), [
+    ("bf16-mixed", "bfloat16", "bf16"), ("16-mixed", "float16", "fp16"), ("32-true", "bfloat16", "bf16"),
+    ("bf16-true", None, "bf16"), ("bf16-mixed", "float16", "bf16 and fp16")])
+def test_half_precision_on_a_cpu_without_half_units_is_named(precision, engine, named):
+    note = slow_half_precision_note(precision, engine, True, AVX2_ONLY)
+    assert note is not None and note.startswith(f"{named} on a CPU without AMX") and "precision=fp32" in note
+
+
+@pytest.mark.parametrize(("precision", "engine", "on_cpu", "support"), [
+    ("32-true", "float32", True, AVX2_ONLY),  # nothing half
+    ("32-true", None, True, AVX2_ONLY),
+    ("bf16-mixed", "bfloat16", True, AMX),  # the units are there
+    ("bf16-mixed", "bfloat16", False, AVX2_ONLY),  # a GPU run
+    ("bf16-mixed", "bfloat16", True, {"x86": False, "half_units": False}),  # another architecture: not measured
+])
+def test_no_note_where_half_precision_is_not_slow_or_not_known_to_be(precision, engine, on_cpu, support):
+    assert slow_half_precision_note(precision, engine, on_cpu, support) is None
+
+
+def test_this_cpus_support_is_what_torch_reports():
+    support = cpu_half_support()
+    assert set(support) == {"x86", "half_units"} and all(isinstance(v, bool) for v in support.values())
+    assert support["half_units"] == (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+
+
+@pytest.mark.parametrize(("overrides", "warned"), [(["precision=bf16"], True), (["precision=fp16"], True),
+                                                   (["precision=fp32"], False)])
+def test_build_warns_of_slow_half_precision_at_start_up(monkeypatch, caplog, overrides, warned):
+    """What ``scripts/train.py`` does: ``build`` logs the note after the start-up block, from the composed
+    precision group (trainer and engine), on a CPU reported to lack the units."""
+    from lit_entropy import train
+
+    monkeypatch.setattr(train, "cpu_half_support", lambda: AVX2_ONLY)
+    cfg = compose_train(["debug=smoke", "rollout=hf", "paths.output_dir=unused", "logger=[]", *overrides])
+    with caplog.at_level("WARNING", logger="lit_entropy.train"):
+        train.build(cfg)
+    notes = [r.getMessage() for r in caplog.records if "without AMX" in r.getMessage()]
+    assert len(notes) == int(warned), notes
