@@ -166,12 +166,12 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     if rank() == 0:
-        log.info("\n%s", startup_block(cfg, trainer))
-        engine_dtype = (cfg.get("rollout") or {}).get("engine", {}).get("dtype")
+        log.info("\n%s", startup_block(cfg, trainer))  # model=hf: the model's report came just before
+        engine_dtype = ((cfg.get("rollout") or {}).get("engine") or {}).get("dtype")
         note = slow_half_precision_note(str(trainer.precision), engine_dtype,
                                         isinstance(trainer.accelerator, CPUAccelerator), cpu_half_support())
         if note:
-            log.warning(note)  # model=hf: the model's report came just before
+            log.warning(note)
     return trainer, module, datamodule
 
 
