@@ -35,8 +35,8 @@ def engine_dtype_for(trainer_precision: str | None) -> str | None:
     return ENGINE_DTYPE.get(str(trainer_precision)) if trainer_precision is not None else None
 
 
-HALF_PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16"}
-HALF_ENGINE_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+HALF_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+"""The half-precision dtypes, by their short name in the precision group."""
 
 
 def cpu_half_support() -> dict[str, bool]:
@@ -57,7 +57,7 @@ def slow_half_precision_note(trainer_precision: str | None, engine_dtype: str | 
     at 44 GFLOP/s in fp32 and 1.2 (bf16) or 1.3 (fp16) in half precision, and the first iteration of
     ``experiment=real_lm`` took over 20 minutes instead of about one. None where nothing is half, off the CPU, on another
     architecture (not measured) or where the units are there."""
-    half = sorted({HALF_PRECISIONS.get(str(trainer_precision)), HALF_ENGINE_DTYPES.get(str(engine_dtype))} - {None})
+    half = sorted({HALF_DTYPES.get(str(engine_dtype_for(trainer_precision))), HALF_DTYPES.get(str(engine_dtype))} - {None})
     if not half or not on_cpu or not support.get("x86") or support.get("half_units"):
         return None
     return (f"{' and '.join(half)} on a CPU without AMX or AVX512-BF16 (torch reports "
