@@ -1,0 +1,75 @@
+"""bf16 linear layers through fp32 kernels, for a study's bf16 runs on a CPU without bf16 units.
+
+On an x86 CPU with neither AVX512-BF16 nor AMX (AVX2 only), PyTorch has no fast bf16 GEMM: a bf16 ``F.linear``
+at SmolLM2's shapes ran 6.5× slower than fp32 and a bf16-autocast forward and backward of the model 11.5× slower
+(165 s against 14 s for 4 × 160 tokens, one core; docs/real_lm_study.md), so the real-LM study's bf16 cells cannot
+run there. The bf16 kernels of the faster CPUs take bf16 operands, multiply and accumulate in fp32 and round the
+output to bf16; :func:`linear` computes the same thing with fp32 kernels: it rounds the operands to bf16, runs the
+fp32 GEMM on them (their products are exact in fp32) and rounds the output to bf16. Only the order of the fp32
+accumulation differs from any bf16 kernel, as it differs between any two of them. The backward follows from autograd
+through the same casts: gradients are rounded to bf16 where the native kernels round them.
+
+It applies where bf16 is wanted on the CPU: inside a CPU autocast in bf16 (how ``precision=bf16`` trains) or when
+both operands are bf16 tensors; everything else (fp32, fp16, other devices) goes to the original ``F.linear``
+untouched. :func:`install` replaces ``torch.nn.functional.linear`` in the process (``nn.Linear`` looks it up
+at each call); :func:`install_from_env` does so only when ``LIT_ENTROPY_BF16_VIA_FP32=1``, which a study's
+environment calls at interpreter start-up from a ``.pth`` file, so that the pinned code of its runs is unchanged.
+This module imports nothing from lit-entropy for that reason. vLLM's own GEMMs (oneDNN) are not touched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+ENV_VAR = "LIT_ENTROPY_BF16_VIA_FP32"
+"""Set to ``1`` to have :func:`install_from_env` install :func:`linear`."""
+
+original_linear = F.linear
+"""``torch.nn.functional.linear`` as PyTorch defines it, for everything :func:`linear` does not take."""
+
+
+def wants_bf16(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``F.linear(x, weight)`` would run a bf16 GEMM on the CPU: under a bf16 CPU autocast, or on two
+    bf16 tensors outside any CPU autocast."""
+    if x.device.type != "cpu":
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return x.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` with a bf16 result computed by the fp32 kernel on bf16-rounded operands (see the module)."""
+    if not wants_bf16(x, weight):
+        return original_linear(x, weight, bias)
+    bf16 = torch.bfloat16
+    with torch.autocast("cpu", enabled=False):
+        out = original_linear(
+            x.to(bf16).float(), weight.to(bf16).float(), None if bias is None else bias.to(bf16).float()
+        )
+    return out.to(bf16)
+
+
+def install() -> None:
+    """Route every ``torch.nn.functional.linear`` of this process through :func:`linear`."""
+    F.linear = linear
+
+
+def uninstall() -> None:
+    """Give ``torch.nn.functional.linear`` back its original."""
+    F.linear = original_linear
+
+
+def install_from_env() -> bool:
+    """:func:`install` when ``LIT_ENTROPY_BF16_VIA_FP32=1`` (saying so on stderr, which a study run's log keeps);
+    whether it did."""
+    if os.environ.get(ENV_VAR) != "1":
+        return False
+    install()
+    print(f"[{ENV_VAR}=1] bf16 linear layers on the CPU run as fp32 GEMMs on bf16-rounded operands "
+          "(studies/bf16_via_fp32.py)", file=sys.stderr)
+    return True
