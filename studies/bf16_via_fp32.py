@@ -19,14 +19,22 @@ This module imports nothing from lit-entropy for that reason. vLLM's own GEMMs (
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 ENV_VAR = "LIT_ENTROPY_BF16_VIA_FP32"
 """Set to ``1`` to have :func:`install_from_env` install :func:`linear`."""
+
+MARKER = f"[{ENV_VAR}=1]"
+"""The line's start :func:`install_from_env` writes to stderr: a run folder's logs that hold it ran with it."""
+
+RUN_LOGS = ("study_stdout.log", "train.log")
+"""The files of a study run folder :func:`ran_with_it` reads (the launcher's capture of stdout and stderr)."""
 
 original_linear = F.linear
 """``torch.nn.functional.linear`` as PyTorch defines it, for everything :func:`linear` does not take."""
@@ -70,6 +78,16 @@ def install_from_env() -> bool:
     if os.environ.get(ENV_VAR) != "1":
         return False
     install()
-    print(f"[{ENV_VAR}=1] bf16 linear layers on the CPU run as fp32 GEMMs on bf16-rounded operands "
+    print(f"{MARKER} bf16 linear layers on the CPU run as fp32 GEMMs on bf16-rounded operands "
           "(studies/bf16_via_fp32.py)", file=sys.stderr)
     return True
+
+
+def ran_with_it(folder: str | Path) -> bool:
+    """Whether the run in ``folder`` ran (in part, if resumed) with :func:`linear` installed: its logs hold
+    :data:`MARKER`, or, for a run imported from a records file, its ``done.json`` says so."""
+    folder = Path(folder)
+    done = folder / "done.json"
+    if done.is_file() and json.loads(done.read_text()).get("bf16_via_fp32"):
+        return True
+    return any(MARKER in (folder / name).read_text(errors="replace") for name in RUN_LOGS if (folder / name).is_file())

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_entropy.analysis.runs import event_files, points_of, scalar_events, times_of, values
+from studies import bf16_via_fp32
 from studies.dose import (
     DOSE_COLUMNS,
     dose_cell,
@@ -259,6 +260,7 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "h_final": h[-1],
         "h_min": min(h),
         "stopped_at": stopped_at(raw),
+        "bf16_via_fp32": bf16_via_fp32.ran_with_it(folder),
         "acc_last5": statistics.mean(acc[-5:]),
         "acc_last20": statistics.mean(acc[-20:]),
         "acc_peak20": max(moving_mean(acc, 20)),

@@ -102,7 +102,7 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
             seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
     blocks = (table.split("\n\n")[0], runs_table([*points, *controls], runs, columns), stopped_line(runs),
-              compute_line(runs), legend, dose_trajectory_table(points, runs, out, protocol.iterations),
+              fp32_kernels_line(runs), compute_line(runs), legend, dose_trajectory_table(points, runs, out, protocol.iterations),
               verdict_report(verdicts, protocol.baseline, protocol.interval), sensitivity(verdicts, check, other.kind),
               *against, seeds, lab)
     return "\n\n".join(x for x in blocks if x)
@@ -172,6 +172,18 @@ def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
         return ""
     return ("**Stopped as diverged** (`callbacks/stop=diverged`; their columns are read at the stop, the final "
             "evaluation included): " + "; ".join(stopped) + ".")
+
+
+def fp32_kernels_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """The runs whose bf16 linear layers ran through fp32 kernels (each summary's ``bf16_via_fp32``), or "" when
+    none did."""
+    marked = [f"{cell} seed {seed}" for cell, seeds in sorted(runs.items())
+              for seed, s in sorted(seeds.items()) if s.get("bf16_via_fp32")]
+    if not marked:
+        return ""
+    return ("**bf16 linear layers through fp32 kernels** (on a CPU without bf16 units, `studies/bf16_via_fp32.py`: "
+            "the bf16-rounded operands multiplied by the fp32 GEMM, its output rounded to bf16; the rest of the "
+            "run as declared): " + "; ".join(marked) + ".")
 
 
 def compute_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:

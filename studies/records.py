@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_entropy.analysis.runs import scalar_events, times_of
+from studies import bf16_via_fp32
 
 FORMAT = "lit-entropy-study-records/1"
 
@@ -56,11 +57,14 @@ def export_run(folder: str | Path) -> dict[str, Any]:
     scalars = {tag: [[s, round(v, 7)] for s, v, _ in pts] for tag, pts in events.items() if tag.startswith(KEPT_TAGS)}
     ov = folder / ".hydra" / "overrides.yaml"
     done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").is_file() else {}
-    return {"scalars": scalars, "wall_times": [round(t, 3) for t in times_of(events, WALL_TAG)],
-            "config": _method_config(folder),
-            "overrides": [o for o in ((yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [])
-                          if not str(o).startswith(RESUME_ONLY)],
-            "done": {k: done[k] for k in ("returncode", "seconds") if k in done}}
+    record = {"scalars": scalars, "wall_times": [round(t, 3) for t in times_of(events, WALL_TAG)],
+              "config": _method_config(folder),
+              "overrides": [o for o in ((yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [])
+                            if not str(o).startswith(RESUME_ONLY)],
+              "done": {k: done[k] for k in ("returncode", "seconds") if k in done}}
+    if bf16_via_fp32.ran_with_it(folder):  # only then: the records of the runs before it keep their bytes
+        record["done"]["bf16_via_fp32"] = True
+    return record
 
 
 def export_records(out: str | Path, dest: str | Path) -> int:

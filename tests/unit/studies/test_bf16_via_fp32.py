@@ -1,5 +1,7 @@
 """bf16 linear layers through fp32 kernels: the same bf16 contract, the fp32 kernel, everything else untouched."""
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -96,3 +98,14 @@ def test_install_from_env_only_when_asked_and_nn_linear_then_uses_it(monkeypatch
     with torch.autocast("cpu", dtype=BF16):
         layer(torch.randn(2, 8))
     assert seen == [torch.float32]  # reached through F.linear, with the rounded operands in fp32
+
+
+def test_a_run_folder_ran_with_it_when_its_logs_or_its_imported_done_json_say_so(tmp_path):
+    plain, logged, imported = (tmp_path / n for n in ("plain", "logged", "imported"))
+    for folder in (plain, logged, imported):
+        folder.mkdir()
+    (plain / "train.log").write_text("model: llama\n")
+    (plain / "done.json").write_text(json.dumps({"returncode": 0}))
+    (logged / "study_stdout.log").write_text(f"{emu.MARKER} bf16 linear layers ...\n")
+    (imported / "done.json").write_text(json.dumps({"returncode": 0, "bf16_via_fp32": True, "imported": True}))
+    assert [emu.ran_with_it(f) for f in (plain, logged, imported, tmp_path / "missing")] == [False, True, True, False]

@@ -12,7 +12,9 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from lit_entropy.analysis.runs import read_scalars
+from studies import bf16_via_fp32
 from studies.method_study import run_summary
+from studies.protocol_phases import fp32_kernels_line
 from studies.records import export_records, import_records
 from tests.helpers import CONF, ROOT
 
@@ -67,6 +69,25 @@ def test_a_run_stopped_as_diverged_is_still_stopped_after_import(tmp_path: Path)
     export_records(src, f)
     import_records(f, dst)
     assert run_summary(dst / "runs" / "grpo+repo_r" / "seed0")["stopped_at"] == 5
+
+
+def test_a_run_with_bf16_through_fp32_kernels_says_so_after_import_and_others_do_not(tmp_path: Path) -> None:
+    src, dst, f = tmp_path / "study", tmp_path / "elsewhere", tmp_path / "records.json.gz"
+    _run(src / "runs" / "grpo+repo_r" / "seed0", lam=0.5)
+    _run(src / "runs" / "grpo+repo_r" / "seed1", lam=0.5)
+    (src / "runs" / "grpo+repo_r" / "seed1" / "study_stdout.log").write_text(
+        f"loading\n{bf16_via_fp32.MARKER} bf16 linear layers ...\nmodel: llama\n")
+    export_records(src, f)
+    with gzip.open(f, "rt") as fh:
+        runs = json.load(fh)["runs"]
+    assert runs["runs/grpo+repo_r/seed1"]["done"]["bf16_via_fp32"] is True
+    assert "bf16_via_fp32" not in runs["runs/grpo+repo_r/seed0"]["done"]  # the older records keep their bytes
+    import_records(f, dst)
+    got = {seed: run_summary(dst / "runs" / "grpo+repo_r" / f"seed{seed}")["bf16_via_fp32"] for seed in (0, 1)}
+    assert got == {0: False, 1: True}
+    assert fp32_kernels_line({"grpo+repo_r": {0: {"bf16_via_fp32": False}, 1: {"bf16_via_fp32": True}}}).endswith(
+        "the rest of the run as declared): grpo+repo_r seed 1.")
+    assert fp32_kernels_line({"grpo": {0: {"bf16_via_fp32": False}}}) == ""
 
 
 def test_records_keep_no_command_line_or_path(tmp_path: Path) -> None:
