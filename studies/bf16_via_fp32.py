@@ -14,7 +14,9 @@ both operands are bf16 tensors; everything else (fp32, fp16, other devices) goes
 untouched. :func:`install` replaces ``torch.nn.functional.linear`` in the process (``nn.Linear`` looks it up
 at each call); :func:`install_from_env` does so only when ``LIT_ENTROPY_BF16_VIA_FP32=1``, which a study's
 environment calls at interpreter start-up from a ``.pth`` file, so that the pinned code of its runs is unchanged.
-This module imports nothing from lit-entropy for that reason. vLLM's own GEMMs (oneDNN) are not touched.
+This module imports nothing from lit-entropy for that reason. vLLM's CPU engine (in the run's process) computes its
+linear layers with oneDNN, which has no bf16 matmul on such a CPU ("could not create a primitive descriptor"), so
+it falls back to ``torch.nn.functional.linear`` on bf16 tensors: the engine's bf16 layers come here too.
 """
 
 from __future__ import annotations
