@@ -52,16 +52,46 @@ def wants_bf16(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return x.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16
 
 
+class _Bf16Linear(torch.autograd.Function):
+    """The linear layer on bf16 operands, forward and backward by fp32 GEMMs with bf16 results, autocast off.
+
+    The backward is written out because the trainer calls ``backward`` inside its autocast, which would run the
+    fp32 GEMMs of an fp32 linear's backward as (slow) bf16 ones again; computed here, each gradient is what the
+    native bf16 backward gives: bf16 operands, fp32 sums, a bf16 result."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _fp32_gemm(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        bf16 = torch.bfloat16
+        with torch.autocast("cpu", enabled=False):
+            g = grad.to(bf16).float().reshape(-1, weight.shape[0])
+            gx = (g @ weight.float()).to(bf16).reshape(x.shape) if ctx.needs_input_grad[0] else None
+            gw = (g.T @ x.float().reshape(-1, weight.shape[1])).to(bf16) if ctx.needs_input_grad[1] else None
+            gb = g.sum(0).to(bf16) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+def _fp32_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    with torch.autocast("cpu", enabled=False):
+        out = original_linear(x.float(), weight.float(), None if bias is None else bias.float())
+    return out.to(torch.bfloat16)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear`` with a bf16 result computed by the fp32 kernel on bf16-rounded operands (see the module)."""
     if not wants_bf16(x, weight):
         return original_linear(x, weight, bias)
     bf16 = torch.bfloat16
-    with torch.autocast("cpu", enabled=False):
-        out = original_linear(
-            x.to(bf16).float(), weight.to(bf16).float(), None if bias is None else bias.to(bf16).float()
-        )
-    return out.to(bf16)
+    x, weight, bias = x.to(bf16), weight.to(bf16), None if bias is None else bias.to(bf16)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _Bf16Linear.apply(x, weight, bias)
+    return _fp32_gemm(x, weight, bias)
 
 
 def install() -> None:

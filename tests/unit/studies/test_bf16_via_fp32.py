@@ -57,6 +57,20 @@ def test_gradients_are_rounded_to_bf16_where_the_native_kernels_round_them(tenso
         assert torch.equal(t.grad, t.grad.to(BF16).float())  # representable in bf16: rounded there
 
 
+def test_a_backward_inside_the_autocast_runs_no_bf16_gemm(tensors, monkeypatch):
+    """The trainer calls backward inside its autocast: the backward's GEMMs must not go back to bf16 there."""
+    x, w, b = tensors
+    seen = []
+    mm = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__",
+                        lambda a, c: seen.append((a.dtype, c.dtype, torch.is_autocast_enabled("cpu"))) or mm(a, c))
+    with torch.autocast("cpu", dtype=BF16):
+        out = emu.linear(x, w, b)
+        out.float().square().sum().backward()
+    assert seen and all(d == (torch.float32, torch.float32, False) for d in seen)
+    assert x.grad is not None and w.grad is not None and b.grad is not None
+
+
 def test_bf16_tensors_outside_autocast_are_taken(tensors):
     x, w, _ = (t.detach().to(BF16) for t in tensors)
     out = emu.linear(x, w)
