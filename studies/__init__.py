@@ -16,4 +16,6 @@ run builder's callbacks (:func:`lit_entropy.train.instantiate_callbacks`, for a 
   :mod:`~studies.seed_claims`: the seed papers' claims; :mod:`~studies.lab_to_real`: the lab's verdicts beside
   the real model's; :mod:`~studies.records`: the shipped records (``docs/data/*.json.gz``).
 * :mod:`~studies.study`: a controller study's table (``scripts/study_table.py``).
+* :mod:`~studies.bf16_via_fp32`: a study's bf16 linear layers through fp32 kernels, on a CPU without bf16 units
+  (loaded into the study's environment at start-up, so that its pinned code is unchanged).
 """
