@@ -16,7 +16,9 @@ at each call); :func:`install_from_env` does so only when ``LIT_ENTROPY_BF16_VIA
 environment calls at interpreter start-up from a ``.pth`` file, so that the pinned code of its runs is unchanged.
 This module imports nothing from lit-entropy for that reason. vLLM's CPU engine (in the run's process) computes its
 linear layers with oneDNN, which has no bf16 matmul on such a CPU ("could not create a primitive descriptor"), so
-it falls back to ``torch.nn.functional.linear`` on bf16 tensors: the engine's bf16 layers come here too.
+it falls back to ``torch.nn.functional.linear`` on bf16 tensors: the engine's bf16 layers come here too, once
+vLLM compiles its graph afresh (a graph from its compile cache keeps the native GEMMs: give such runs a cache of
+their own, ``VLLM_CACHE_ROOT``).
 """
 
 from __future__ import annotations
