@@ -19,6 +19,16 @@ linear layers with oneDNN, which has no bf16 matmul on such a CPU ("could not cr
 it falls back to ``torch.nn.functional.linear`` on bf16 tensors: the engine's bf16 layers come here too, once
 vLLM compiles its graph afresh (a graph from its compile cache keeps the native GEMMs: give such runs a cache of
 their own, ``VLLM_CACHE_ROOT``).
+
+The engine's weights are bf16 parameters that change only when the trainer's are loaded into it, yet converting them
+to fp32 at every call took about a quarter of the generation (a decode step reads each weight once, so the
+conversion is most of its memory traffic). Without grad, outside autocast, a bf16 ``nn.Parameter`` that needs no
+grad (how vLLM holds its weights) has its fp32 copy kept (:func:`fp32_weight`) until the parameter changes in place
+(its version counter), dies, or vLLM reloads weights (:func:`forget_fp32_weights`, which the first such call hooks
+into vLLM's ``Worker.reload_weights``: its loader writes through ``.data``, which no version counter sees). The copy is
+``weight.float()``, bit for bit, so the results are exactly those without it. The engine's compiled graph reaches it
+through a custom op (:data:`cached_linear`), opaque to the compiler, which would otherwise trace the conversion into
+the graph; a weight that reaches the op as another tensor object than the parameter is converted as before.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import weakref
 from pathlib import Path
 
 import torch
@@ -81,8 +92,84 @@ class _Bf16Linear(torch.autograd.Function):
 
 def _fp32_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     with torch.autocast("cpu", enabled=False):
-        out = original_linear(x.float(), weight.float(), None if bias is None else bias.float())
+        out = original_linear(x.float(), fp32_weight(weight), None if bias is None else bias.float())
     return out.to(torch.bfloat16)
+
+
+keep_fp32_copies = True
+"""Whether :func:`fp32_weight` keeps copies at all (off: every call converts, to compare the two)."""
+_fp32_copies: dict[int, tuple[weakref.ref, int, int, torch.Tensor]] = {}
+"""``id(parameter) -> (weak reference to it, its version, the reload count, its fp32 copy)``."""
+_reloads = 0
+"""How many times vLLM reloaded weights in this process (:func:`forget_fp32_weights`)."""
+_RELOAD_HOOKED = False
+
+
+def keeps_fp32_copy(weight: torch.Tensor) -> bool:
+    """Whether :func:`fp32_weight` keeps ``weight``'s fp32 copy: a bf16 parameter that needs no grad (an engine's
+    weight; a trained parameter changes at every step), used without grad."""
+    return (isinstance(weight, torch.nn.Parameter) and weight.dtype == torch.bfloat16 and not weight.requires_grad
+            and not torch.is_grad_enabled())
+
+
+def fp32_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight.float()``; for a weight :func:`keeps_fp32_copy` takes, the copy made at its first use since it last
+    changed (in place, by its version counter, or by a vLLM reload)."""
+    if not (keep_fp32_copies and keeps_fp32_copy(weight)) or weight.is_inference():  # (no version counter)
+        return weight.float()
+    _hook_vllm_reload()
+    key = id(weight)
+    kept = _fp32_copies.get(key)
+    if kept is not None and kept[0]() is weight and kept[1] == weight._version and kept[2] == _reloads:
+        return kept[3]
+    copy = weight.float()
+    _fp32_copies[key] = (weakref.ref(weight, lambda ref, k=key: _forget(k, ref)), weight._version, _reloads, copy)
+    return copy
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    if key in _fp32_copies and _fp32_copies[key][0] is ref:
+        del _fp32_copies[key]
+
+
+def forget_fp32_weights() -> None:
+    """Drop every kept fp32 copy: the weights changed where no version counter sees it (vLLM's reload)."""
+    global _reloads
+    _reloads += 1
+    _fp32_copies.clear()
+
+
+def _hook_vllm_reload() -> None:
+    """Have vLLM's ``Worker.reload_weights`` (how an engine is given new weights) call :func:`forget_fp32_weights`
+    after it, once vLLM's worker module is imported (it is before any engine computes with its weights)."""
+    global _RELOAD_HOOKED
+    if _RELOAD_HOOKED:
+        return
+    module = sys.modules.get("vllm.v1.worker.gpu_worker")
+    if module is None:
+        return
+    worker = module.Worker
+    reload = worker.reload_weights
+
+    def reload_weights(self, *args, **kwargs):
+        try:
+            return reload(self, *args, **kwargs)
+        finally:
+            forget_fp32_weights()
+
+    worker.reload_weights = reload_weights
+    _RELOAD_HOOKED = True
+
+
+@torch.library.custom_op("lit_entropy_bf16_via_fp32::linear", mutates_args=())
+def cached_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """:func:`_fp32_gemm` as an op a compiled graph calls as it is (keeping :func:`fp32_weight`'s copies)."""
+    return _fp32_gemm(x, weight, bias)
+
+
+@cached_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=torch.bfloat16)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -93,6 +180,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x, weight, bias = x.to(bf16), weight.to(bf16), None if bias is None else bias.to(bf16)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _Bf16Linear.apply(x, weight, bias)
+    if keeps_fp32_copy(weight):  # (`weight.to(bf16)` of a bf16 tensor is the tensor itself)
+        return cached_linear(x, weight, bias)
     return _fp32_gemm(x, weight, bias)
 
 

@@ -1,6 +1,7 @@
 """bf16 linear layers through fp32 kernels: the same bf16 contract, the fp32 kernel, everything else untouched."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -123,3 +124,113 @@ def test_a_run_folder_ran_with_it_when_its_logs_or_its_imported_done_json_say_so
     (logged / "study_stdout.log").write_text(f"{emu.MARKER} bf16 linear layers ...\n")
     (imported / "done.json").write_text(json.dumps({"returncode": 0, "bf16_via_fp32": True, "imported": True}))
     assert [emu.ran_with_it(f) for f in (plain, logged, imported, tmp_path / "missing")] == [False, True, True, False]
+
+
+@pytest.fixture
+def engine_weight():
+    """A weight as vLLM holds it: a bf16 parameter that needs no grad."""
+    emu.forget_fp32_weights()
+    g = torch.Generator().manual_seed(2)
+    yield torch.nn.Parameter(torch.randn(48, 64, generator=g).to(BF16), requires_grad=False)
+    emu.forget_fp32_weights()
+
+
+def test_an_engine_weight_is_converted_once_until_it_changes_in_place(engine_weight, monkeypatch):
+    conversions = []
+    to_fp32 = torch.Tensor.float
+    monkeypatch.setattr(torch.Tensor, "float", lambda t: conversions.append(t.shape) or to_fp32(t))
+    x = torch.randn(5, 64).to(BF16)
+    with torch.no_grad():
+        first = emu.linear(x, engine_weight)
+        assert torch.equal(emu.linear(x, engine_weight), first)
+        assert conversions.count((48, 64)) == 1  # the second call used the kept copy
+        engine_weight.mul_(2)  # in place: its version counter moves
+        assert torch.equal(emu.linear(x, engine_weight), (x.float() @ engine_weight.float().T).to(BF16))
+        assert conversions.count((48, 64)) == 3  # (one of them the check's own)
+    # with grad, a weight that needs grad, or the copies switched off: converted at every call
+    emu.linear(x, engine_weight)
+    with torch.no_grad():
+        emu.linear(x, torch.nn.Parameter(engine_weight.detach().clone()))
+        monkeypatch.setattr(emu, "keep_fp32_copies", False)
+        emu.linear(x, engine_weight)
+    assert conversions.count((48, 64)) == 6
+
+
+def test_a_reload_that_writes_through_data_is_seen_through_the_vllm_hook(engine_weight, monkeypatch):
+    """vLLM's loader writes ``param.data``, which moves no version counter: its reload must drop the copies."""
+    import types
+
+    class Worker:  # vLLM's Worker, as far as the hook goes
+        def reload_weights(self, weights_iterator=None):
+            for param, value in weights_iterator:
+                param.data.copy_(value)
+
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu_worker", types.SimpleNamespace(Worker=Worker))
+    monkeypatch.setattr(emu, "_RELOAD_HOOKED", False)
+    x = torch.randn(5, 64).to(BF16)
+    with torch.no_grad():
+        emu.linear(x, engine_weight)  # hooks the reload, keeps a copy
+        version = engine_weight._version
+        Worker().reload_weights(weights_iterator=iter([(engine_weight, torch.ones(48, 64))]))
+        assert engine_weight._version == version  # invisible to the version counter ...
+        out = emu.linear(x, engine_weight)
+    assert torch.equal(out, (x.float() @ torch.ones(64, 48)).to(BF16))  # ... and still seen
+
+
+def test_a_compiled_graph_keeps_the_copy_through_the_op_and_computes_the_same(engine_weight, monkeypatch):
+    monkeypatch.setattr(F, "linear", emu.linear)
+    layer = torch.nn.Linear(64, 48, bias=False).to(BF16).requires_grad_(False)
+    layer.weight = engine_weight
+    compiled = torch.compile(layer, backend="inductor", fullgraph=True)
+    x = torch.randn(5, 64).to(BF16)
+    with torch.no_grad():
+        out = compiled(x)
+    assert torch.equal(out, (x.float() @ engine_weight.float().T).to(BF16))
+    assert [kept[0]() for kept in emu._fp32_copies.values()] == [engine_weight]  # kept by the op at run time
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_compiled_bf16_vllm_engine_samples_the_same_with_the_copies_across_a_weight_sync(tmp_path, monkeypatch):
+    """The study's engine (bf16, compiled graph) on a CPU without bf16 units: the kept copies change no token and
+    no log-prob, before and after the trainer's weights are loaded into it."""
+    pytest.importorskip("vllm")
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        pytest.skip("vLLM's oneDNN has bf16 kernels on this CPU: its linear layers never reach F.linear")
+    from lit_entropy.policy.models import TinyArch, TinyLabPolicy, WarmStart
+    from lit_entropy.rollout import SamplingConfig
+    from lit_entropy.rollout.vllm_engine import VLLMEngine
+
+    policy = TinyLabPolicy(arch=TinyArch(num_layers=2), warmstart=WarmStart(steps=30),
+                           cache_dir=str(tmp_path / "policy")).build()
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm"))  # compiled afresh, with the op in the graph
+    monkeypatch.setattr(F, "linear", emu.linear)
+    emu.forget_fp32_weights()
+    tok = policy.tokenizer
+    engine = VLLMEngine(policy.path, eos_id=tok.eos_id, dtype="bfloat16", max_model_len=64, generation_batch=12,
+                        enforce_eager=False)
+    prompts = [tok.encode(t, add_bos=True) for t in ("3,5,2=16:", "7,1,4=11:", "9,9,3=27:")]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
+
+    def sample(keep: bool, seed: int):
+        monkeypatch.setattr(emu, "keep_fp32_copies", keep)
+        return [(g.token_ids, g.logprobs) for p in engine.generate(prompts, n=4, sampling=sampling, seed=seed)
+                for g in p]
+
+    try:
+        kept = sample(True, 11)
+        matrices = engine.llm.collective_rpc(lambda worker: [
+            id(p) for p in worker.model_runner.model.parameters() if p.ndim == 2])[0]
+        assert set(matrices) <= set(emu._fp32_copies)  # every weight matrix (the embedding shares the head's)
+        assert sample(False, 11) == kept
+        before_sync = sample(True, 12)
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        engine.sync_weights(policy.model)
+        after_sync = sample(True, 12)
+        assert after_sync != before_sync  # the new weights are sampled from ...
+        assert sample(False, 12) == after_sync  # ... through the copies made after the reload
+    finally:
+        engine.close()
+        emu.forget_fp32_weights()
