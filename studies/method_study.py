@@ -5,7 +5,9 @@ of overrides such as a deliberate sampler/trainer disagreement); each of its run
 ``algo=<algo> callbacks/entropy=<controller> seed=<s>``, the periodic evaluation switched on for the
 last iteration, and the run folder fixed (``<out>/runs/<algo>+<controller>/seed<s>``), so that an
 interrupted study resumes: a run whose folder holds ``done.json`` is not run again, an unfinished one continues
-from its ``checkpoints/last.ckpt`` in its folder (or starts over when it has none). Runs go seed by seed
+from its ``checkpoints/last.ckpt`` in its folder (or starts over when it has none). A run is done when it exits 0
+*and* printed :data:`~lit_entropy.cli.train.FIT_FINISHED` (its fit returned): a run stopped by a signal that still
+exits 0 keeps its checkpoint and gets ``failed.json`` instead. Runs go seed by seed
 (every cell's seed 0, then every cell's seed 1, ...), so a study cut short still covers every cell.
 
 With ``lanes > 1`` several runs go at once, each pinned to its own share of the CPU cores (affinity, OpenMP
@@ -153,6 +155,16 @@ def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: P
     ]
 
 
+def fit_finished(stdout: Path, start: int = 0) -> bool:
+    """Whether the run's output from byte ``start`` on holds the line ``scripts/train.py`` prints once its fit
+    has returned (:data:`~lit_entropy.cli.train.FIT_FINISHED`)."""
+    from lit_entropy.cli.train import FIT_FINISHED
+
+    with open(stdout, "rb") as fh:
+        fh.seek(start)
+        return FIT_FINISHED.encode() in fh.read()
+
+
 def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: int = 1) -> list[Path]:
     """Run every run of ``plan`` not already done, ``lanes`` at a time (each pinned to its own cores when
     ``lanes > 1``); return the run folders."""
@@ -197,16 +209,20 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(folder / "study_stdout.log", "a") as fh:
+    stdout = folder / "study_stdout.log"
+    start = stdout.stat().st_size if stdout.is_file() else 0  # what this attempt writes comes after
+    with open(stdout, "a") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=None if cores is None else lane_env(cores))
         if cores is not None:  # before the interpreter has started any thread; later threads inherit it
             os.sched_setaffinity(proc.pid, cores)
         proc.wait()
     status = {"returncode": proc.returncode, "seconds": time.perf_counter() - t0, "command": cmd[1:],
               "cores": cores}
-    if proc.returncode != 0:
-        log(f"[study]   failed (exit {proc.returncode}); see {folder / 'study_stdout.log'}")
-        (folder / "failed.json").write_text(json.dumps(status, indent=1))
+    finished = fit_finished(stdout, start)
+    if proc.returncode != 0 or not finished:
+        why = f"exit {proc.returncode}" if proc.returncode != 0 else "exit 0 before its fit returned (a signal?)"
+        log(f"[study]   failed ({why}); see {stdout}")
+        (folder / "failed.json").write_text(json.dumps({**status, "fit_finished": finished}, indent=1))
         return
     (folder / "done.json").write_text(json.dumps(status, indent=1))
     if not plan.keep_checkpoints:

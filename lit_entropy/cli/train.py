@@ -10,6 +10,10 @@ import sys
 
 from lit_entropy.cli import config_dir, quiet_engine_defaults
 
+FIT_FINISHED = "[lit-entropy] fit finished"
+"""Printed (rank 0) once ``fit`` has returned: a study's runner takes a run as done only after this line, since a
+run stopped by a signal (a session's or a job's end) may still exit with status 0."""
+
 
 def main(argv: list[str] | None = None) -> None:
     """Train with Hydra overrides (``argv``, default ``sys.argv[1:]``), e.g. ``debug=smoke``; Hydra's own
@@ -24,9 +28,11 @@ def main(argv: list[str] | None = None) -> None:
 
     def task(cfg: DictConfig) -> float | None:
         metrics = run(cfg)
-        for key in ("rollout/accuracy", "rollout/entropy"):
-            if key in metrics and rank() == 0:
-                print(f"final {key} = {metrics[key]:.4f}")
+        if rank() == 0:
+            for key in ("rollout/accuracy", "rollout/entropy"):
+                if key in metrics:
+                    print(f"final {key} = {metrics[key]:.4f}")
+            print(FIT_FINISHED, flush=True)
         return metrics.get("rollout/accuracy")
 
     sys.argv[1:] = args  # Hydra reads its overrides and flags from sys.argv

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
+from lit_entropy.cli.train import FIT_FINISHED
 from studies.method_study import (
     StudyPlan,
     lane_cores,
@@ -24,6 +25,7 @@ from studies.method_study import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
+END = f"print({FIT_FINISHED!r})\n"  # what scripts/train.py prints once its fit has returned
 
 
 def _write_run(folder: Path, entropy: list[float], acc: list[float], band: list[float] | None = None,
@@ -165,7 +167,7 @@ def test_an_unfinished_run_is_cleared_before_it_runs_again_and_left_out_until_th
         "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\n"
         "for i in range(2):\n    w.add_scalar('rollout/entropy', 0.4, i)\n    w.add_scalar('rollout/accuracy', 0.5, i)\n"
-        "w.close()\n")
+        "w.close()\n" + END)
     said: list[str] = []
     run_study(plan, tmp_path, fake, log=said.append)
     assert any("clearing the unfinished run" in line for line in said)
@@ -182,7 +184,7 @@ def test_a_finished_runs_checkpoints_go_when_the_plan_keeps_none(tmp_path: Path)
         "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
         "(d / 'checkpoints').mkdir(parents=True)\n(d / 'checkpoints' / 'last.ckpt').write_text('x')\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\n"
-        "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n")
+        "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n" + END)
     for keep in (True, False):
         plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0], keep_checkpoints=keep)
         run_study(plan, tmp_path / str(keep), fake, log=lambda _: None)
@@ -198,7 +200,7 @@ def test_an_unfinished_run_with_a_checkpoint_continues_from_it_in_its_folder(tmp
         "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
         "(d / 'argv.txt').write_text(' '.join(sys.argv))\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\n"
-        "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n")
+        "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n" + END)
     plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0])
     folder = run_dir(tmp_path, "grpo", "none", 0)
     (folder / "checkpoints").mkdir(parents=True)
@@ -210,6 +212,65 @@ def test_an_unfinished_run_with_a_checkpoint_continues_from_it_in_its_folder(tmp
     assert f"ckpt_path={(folder / 'checkpoints' / 'last.ckpt').resolve()}" in (folder / "argv.txt").read_text()
     assert (folder / "study_stdout.log").read_text().startswith("killed at iteration 25")  # kept, appended to
     assert (folder / "done.json").exists()
+
+
+def test_a_run_that_exits_0_before_its_fit_returned_is_not_done_and_resumes_from_its_checkpoint(
+        tmp_path: Path) -> None:
+    """A run stopped by a signal whose handler exits cleanly (status 0) has not run to its end: no done.json,
+    its checkpoint stays, and the next study run continues it from there."""
+    stopped = tmp_path / "stopped_train.py"  # writes a checkpoint and events, then exits 0 without the end line
+    stopped.write_text(
+        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "(d / 'checkpoints').mkdir(parents=True, exist_ok=True)\n(d / 'checkpoints' / 'last.ckpt').write_text('x')\n"
+        "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\nw.close()\n"
+        "print('iteration 1/2')\nraise SystemExit(0)\n")
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0], keep_checkpoints=False)
+    folder = run_dir(tmp_path, "grpo", "none", 0)
+    said: list[str] = []
+    run_study(plan, tmp_path, stopped, log=said.append)
+    assert not (folder / "done.json").exists() and (folder / "checkpoints" / "last.ckpt").is_file()
+    failed = json.loads((folder / "failed.json").read_text())
+    assert failed["returncode"] == 0 and failed["fit_finished"] is False
+    assert any("exit 0 before its fit returned" in line for line in said)
+    finishing = tmp_path / "finishing_train.py"  # the resumed attempt runs to its end
+    finishing.write_text("import sys\nassert any(a.startswith('ckpt_path=') for a in sys.argv)\n" + END)
+    run_study(plan, tmp_path, finishing, log=said.append)
+    assert any("resuming the unfinished run from" in line for line in said)
+    assert (folder / "done.json").exists() and not (folder / "checkpoints").exists()
+
+
+def test_the_end_line_of_an_earlier_attempt_does_not_count_for_a_later_one(tmp_path: Path) -> None:
+    """The resume appends to study_stdout.log: only what the attempt itself printed says whether it finished."""
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0])
+    folder = run_dir(tmp_path, "grpo", "none", 0)
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_text("x")
+    (folder / "study_stdout.log").write_text(FIT_FINISHED + "\n")  # e.g. a log copied over from elsewhere
+    quiet = tmp_path / "quiet_train.py"
+    quiet.write_text("print('iteration 2/2')\n")
+    run_study(plan, tmp_path, quiet, log=lambda _: None)
+    assert not (folder / "done.json").exists() and (folder / "failed.json").exists()
+
+
+def test_the_train_cli_prints_the_end_line_once_its_fit_returned(tmp_path: Path, monkeypatch, capsys) -> None:
+    """scripts/train.py's task prints :data:`FIT_FINISHED` after ``run`` returns, and not when it raises."""
+    import lit_entropy.train
+    from lit_entropy.cli import train as train_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(lit_entropy.train, "run", lambda cfg: {"rollout/entropy": 0.5, "rollout/accuracy": 0.25})
+    train_cli.main(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"])
+    out = capsys.readouterr().out
+    assert "final rollout/entropy = 0.5000" in out and out.rstrip().endswith(FIT_FINISHED)
+
+    def stopped(cfg):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(lit_entropy.train, "run", stopped)
+    with pytest.raises(SystemExit):
+        train_cli.main(["debug=smoke", f"hydra.run.dir={tmp_path / 'run2'}"])
+    assert FIT_FINISHED not in capsys.readouterr().out
 
 
 def test_runs_go_seed_by_seed_over_the_grid_and_the_extra_cells() -> None:
@@ -247,7 +308,7 @@ def test_two_lanes_run_each_run_pinned_to_its_own_core(tmp_path: Path, all_cores
         "time.sleep(1.0)\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\n"
         "for i in range(2):\n    w.add_scalar('rollout/entropy', 0.4, i)\n    w.add_scalar('rollout/accuracy', 0.5, i)\n"
-        "w.close()\n(d / 'end').write_text(str(time.time()))\n")
+        "w.close()\n(d / 'end').write_text(str(time.time()))\n" + END)
     said: list[str] = []
     run_study(plan, tmp_path, fake, log=said.append, lanes=2)
     lanes = [c for c in lane_cores(2)]
