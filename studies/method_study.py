@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_entropy.analysis.runs import event_files, points_of, scalar_events, times_of, values
+from lit_entropy.cli.train import FIT_FINISHED
 from studies import bf16_via_fp32
 from studies.dose import (
     DOSE_COLUMNS,
@@ -158,8 +159,6 @@ def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: P
 def fit_finished(stdout: Path, start: int = 0) -> bool:
     """Whether the run's output from byte ``start`` on holds the line ``scripts/train.py`` prints once its fit
     has returned (:data:`~lit_entropy.cli.train.FIT_FINISHED`)."""
-    from lit_entropy.cli.train import FIT_FINISHED
-
     with open(stdout, "rb") as fh:
         fh.seek(start)
         return FIT_FINISHED.encode() in fh.read()

@@ -62,6 +62,25 @@ def test_hydra_run_dir_is_relative_to_the_current_folder(in_tmp, capsys):
     assert cfg.hydra.job.name == "train"  # as when scripts/train.py held the task function
 
 
+def test_the_train_cli_prints_the_end_line_once_its_fit_returned(in_tmp, monkeypatch, capsys):
+    """scripts/train.py's task prints :data:`~lit_entropy.cli.train.FIT_FINISHED` after ``run`` returns, and not
+    when it raises."""
+    import lit_entropy.train
+
+    monkeypatch.setattr(lit_entropy.train, "run", lambda cfg: {"rollout/entropy": 0.5, "rollout/accuracy": 0.25})
+    train_cli.main(["debug=smoke", f"hydra.run.dir={in_tmp / 'run'}"])
+    out = capsys.readouterr().out
+    assert "final rollout/entropy = 0.5000" in out and out.rstrip().endswith(train_cli.FIT_FINISHED)
+
+    def stopped(cfg):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(lit_entropy.train, "run", stopped)
+    with pytest.raises(SystemExit):
+        train_cli.main(["debug=smoke", f"hydra.run.dir={in_tmp / 'run2'}"])
+    assert train_cli.FIT_FINISHED not in capsys.readouterr().out
+
+
 def test_eval_rejects_flags_with_a_hint():
     from lit_entropy.cli.evaluate import main as eval_main
 

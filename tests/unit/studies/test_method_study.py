@@ -253,26 +253,6 @@ def test_the_end_line_of_an_earlier_attempt_does_not_count_for_a_later_one(tmp_p
     assert not (folder / "done.json").exists() and (folder / "failed.json").exists()
 
 
-def test_the_train_cli_prints_the_end_line_once_its_fit_returned(tmp_path: Path, monkeypatch, capsys) -> None:
-    """scripts/train.py's task prints :data:`FIT_FINISHED` after ``run`` returns, and not when it raises."""
-    import lit_entropy.train
-    from lit_entropy.cli import train as train_cli
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(lit_entropy.train, "run", lambda cfg: {"rollout/entropy": 0.5, "rollout/accuracy": 0.25})
-    train_cli.main(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"])
-    out = capsys.readouterr().out
-    assert "final rollout/entropy = 0.5000" in out and out.rstrip().endswith(FIT_FINISHED)
-
-    def stopped(cfg):
-        raise SystemExit(0)
-
-    monkeypatch.setattr(lit_entropy.train, "run", stopped)
-    with pytest.raises(SystemExit):
-        train_cli.main(["debug=smoke", f"hydra.run.dir={tmp_path / 'run2'}"])
-    assert FIT_FINISHED not in capsys.readouterr().out
-
-
 def test_runs_go_seed_by_seed_over_the_grid_and_the_extra_cells() -> None:
     """Every cell's first seed comes before any cell's second: a study cut short still covers every cell."""
     plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1],
