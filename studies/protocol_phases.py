@@ -69,6 +69,20 @@ def nearest_methods(protocol: Protocol, picks: dict[str, Any], out: Path) -> lis
     return chosen
 
 
+def nearest_line(protocol: Protocol, out: Path) -> str:
+    """The methods chosen as nearest the baseline (``out/nearest.json``), with every method's gap; "" before the
+    choice."""
+    f = out / "nearest.json"
+    if not protocol.nearest or not f.is_file():
+        return ""
+    choice = json.loads(f.read_text())
+    gaps = ", ".join(f"{m} {g:.3f}" for m, g in sorted(choice["gaps"].items(), key=lambda mg: (mg[1], mg[0])))
+    return (f"**Nearest {protocol.baseline}** (`nearest.json`, chosen once by code when every method's first seeds "
+            f"were in: the smallest |mean paired difference| in {COLUMNS.get(choice['metric'], choice['metric'])}): "
+            f"{', '.join(choice['methods'])}, which also run seeds {', '.join(map(str, protocol.nearest['seeds']))}. "
+            f"Gaps: {gaps}.")
+
+
 def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
     """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
     interval, and each control as the baseline, would change; the seed papers' claims; the lab's verdicts beside
@@ -102,7 +116,7 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
             seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
     blocks = (table.split("\n\n")[0], runs_table([*points, *controls], runs, columns), stopped_line(runs),
-              fp32_kernels_line(runs), compute_line(runs), legend, dose_trajectory_table(points, runs, out, protocol.iterations),
+              fp32_kernels_line(runs), compute_line(runs), nearest_line(protocol, out), legend, dose_trajectory_table(points, runs, out, protocol.iterations),
               verdict_report(verdicts, protocol.baseline, protocol.interval), sensitivity(verdicts, check, other.kind),
               *against, seeds, lab)
     return "\n\n".join(x for x in blocks if x)
@@ -299,6 +313,8 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         (out / "tune.md").write_text(report + "\n")
         return report
     picks = _picks(protocol, out, log)
+    if protocol.nearest and (out / "evaluate" / "nearest.json").is_file():  # chosen before: its seeds are planned
+        nearest_methods(protocol, picks, out / "evaluate")
     points = evaluation_points(picks, protocol)
     plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
     if run:

@@ -43,6 +43,11 @@ def _method_config(folder: Path) -> dict[str, Any]:
     return {"algo": cfg.get("algo") or {}, "callbacks": {"entropy": (cfg.get("callbacks") or {}).get("entropy")}}
 
 
+CHOICES = ("evaluate/nearest.json",)
+"""Files a study writes once, by code, from the runs of that moment, and reads back ever after (the methods nearest
+the baseline, which get its extra seeds): kept in the records as they are, since runs added later would not give
+the same choice."""
+
 RESUME_ONLY = ("ckpt_path=",)
 """Overrides that only resumed an interrupted run (a checkpoint's path on the machine): not kept in the records."""
 
@@ -72,9 +77,13 @@ def export_records(out: str | Path, dest: str | Path) -> int:
     path relative to ``out``); returns the number of runs."""
     out = Path(out)
     runs = {str(d.parent.relative_to(out)): export_run(d.parent) for d in sorted(out.rglob("done.json"))}
+    data: dict[str, Any] = {"format": FORMAT, "runs": runs}
+    choices = {rel: json.loads((out / rel).read_text()) for rel in CHOICES if (out / rel).is_file()}
+    if choices:  # only then: records of studies without one keep their bytes
+        data["choices"] = choices
     Path(dest).parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(dest, "wt", encoding="utf-8") as fh:
-        json.dump({"format": FORMAT, "runs": runs}, fh, separators=(",", ":"))
+        json.dump(data, fh, separators=(",", ":"))
     return len(runs)
 
 
@@ -97,8 +106,9 @@ def import_run(record: dict[str, Any], folder: str | Path) -> None:
 
 
 def import_records(src: str | Path, out: str | Path) -> tuple[int, int]:
-    """Write every run in ``src`` under ``out`` that ``out`` does not already hold finished; returns
-    (written, skipped). A half-written folder of the same run is replaced."""
+    """Write every run in ``src`` under ``out`` that ``out`` does not already hold finished, and each of its
+    :data:`CHOICES` that ``out`` does not hold yet (a choice made there stays); returns (written, skipped) runs.
+    A half-written folder of the same run is replaced."""
     import shutil
 
     with gzip.open(src, "rt", encoding="utf-8") as fh:
@@ -115,4 +125,8 @@ def import_records(src: str | Path, out: str | Path) -> tuple[int, int]:
             shutil.rmtree(folder)
         import_run(record, folder)
         written += 1
+    for rel, choice in data.get("choices", {}).items():
+        if rel in CHOICES and not (Path(out) / rel).exists():
+            (Path(out) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(out) / rel).write_text(json.dumps(choice, indent=1))
     return written, skipped

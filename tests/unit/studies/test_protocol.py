@@ -381,6 +381,20 @@ def test_the_methods_nearest_the_baseline_get_its_extra_seeds_once_chosen(tmp_pa
         _tiny(tmp_path, text.replace("seeds: [3]", "seeds: [7]"))  # not among the baseline's seeds
 
 
+def test_the_report_names_the_nearest_choice_and_every_gap(tmp_path: Path) -> None:
+    from studies.protocol_phases import nearest_line
+
+    text = TINY.replace("grpo: {grid", "grpo: {evaluation_seeds: [0, 1, 2, 3], grid") + (
+        "nearest: {methods: 1, seeds: [3], metric: pass@8}\n")
+    p = _tiny(tmp_path, text)
+    assert nearest_line(p, tmp_path) == ""  # not chosen yet
+    (tmp_path / "nearest.json").write_text(json.dumps(
+        {"metric": "pass@8", "gaps": {"far": 0.2, "clip_cov": 0.02}, "methods": ["clip_cov"]}))
+    line = nearest_line(p, tmp_path)
+    assert line.startswith("**Nearest grpo**") and "clip_cov, which also run seeds 3." in line
+    assert line.endswith("Gaps: clip_cov 0.020, far 0.200.")
+
+
 def test_the_report_lists_every_finished_run_on_its_own_row(tmp_path: Path) -> None:
     p, picks = _finished_cells(tmp_path)
     writer = SummaryWriter(str(run_dir(tmp_path, "grpo@grpo-lr0.0002", "none", 2) / "tensorboard"))

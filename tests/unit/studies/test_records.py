@@ -115,6 +115,25 @@ def test_import_keeps_finished_runs_and_replaces_half_written_ones(tmp_path: Pat
     assert not (tmp_path / "b" / "runs" / "c" / "seed1" / "stale.txt").exists()
 
 
+def test_the_nearest_choice_travels_with_the_records_and_a_choice_made_here_stays(tmp_path: Path) -> None:
+    """nearest.json is chosen once from the runs of its moment; rebuilt from records that hold later runs, the
+    choice could differ, so the records carry the file and an import writes it back (never over one made there)."""
+    _run(tmp_path / "a" / "evaluate" / "runs" / "c" / "seed0", lam=0.5)
+    f, g = tmp_path / "r.json.gz", tmp_path / "none.json.gz"
+    export_records(tmp_path / "a", g)
+    with gzip.open(g, "rt") as fh:
+        assert "choices" not in json.load(fh)  # a study without a choice: the records' bytes as before
+    choice = {"metric": "ho_pass@1", "gaps": {"maxrl": 0.004, "dapo": 0.1}, "methods": ["maxrl"]}
+    (tmp_path / "a" / "evaluate" / "nearest.json").write_text(json.dumps(choice))
+    export_records(tmp_path / "a", f)
+    import_records(f, tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "evaluate" / "nearest.json").read_text()) == choice
+    (tmp_path / "c" / "evaluate").mkdir(parents=True)
+    (tmp_path / "c" / "evaluate" / "nearest.json").write_text('{"methods": ["dapo"]}')
+    import_records(f, tmp_path / "c")
+    assert json.loads((tmp_path / "c" / "evaluate" / "nearest.json").read_text()) == {"methods": ["dapo"]}
+
+
 def test_a_file_that_is_not_records_names_itself(tmp_path: Path) -> None:
     f = tmp_path / "other.json.gz"
     with gzip.open(f, "wt") as fh:
