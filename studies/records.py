@@ -126,7 +126,8 @@ def import_records(src: str | Path, out: str | Path) -> tuple[int, int]:
         import_run(record, folder)
         written += 1
     for rel, choice in data.get("choices", {}).items():
-        if rel in CHOICES and not (Path(out) / rel).exists():
-            (Path(out) / rel).parent.mkdir(parents=True, exist_ok=True)
-            (Path(out) / rel).write_text(json.dumps(choice, indent=1))
+        dest = Path(out) / rel
+        if rel in CHOICES and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(json.dumps(choice, indent=1))
     return written, skipped
