@@ -1,17 +1,31 @@
-"""Crash-safe checkpoint files: atomic writes and a start-up check of ``ckpt_path``.
+"""Checkpoint files: atomic writes, loads that cannot run code, and a start-up check of ``ckpt_path``.
 
 A checkpoint is written to a temporary name in the same directory, fsynced, then renamed over the
 target (``os.replace``), so a kill, Ctrl-C or full disk mid-write leaves the previous file intact.
+
+Every checkpoint the package reads goes through :func:`load_checkpoint`: ``torch.load(weights_only=True)``, which
+rebuilds tensors, containers and plain values and refuses any other object, so a file whose pickle would call a
+function (a shell command, say) is refused naming the file and what it asked for, with nothing executed. What the
+package's own checkpoints hold (callback and controller states, RNG states, the overlap queue) is saved in those
+types. A sharded checkpoint folder's DCP ``.metadata`` pickle is checked by :func:`check_sharded_metadata` (only
+DCP's own metadata classes and torch's dtypes and sizes may appear). Loading a file that needs full unpickling
+(a checkpoint written by other code) takes an explicit ``trust_checkpoint=true`` (``--trust-checkpoint`` for the
+export), and warns.
+
 ``check_resumable`` reads a checkpoint before any expensive work and refuses, naming the path, one
-that is truncated or corrupt, or one written at an exception (not an iteration boundary).
+that is truncated or corrupt, unsafe, or written at an exception (not an iteration boundary).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import enum
+import io
 import logging
 import os
+import pickle
 import shutil
 import zipfile
 from collections.abc import Callable, Iterator
@@ -171,6 +185,89 @@ def preserved_rng() -> Iterator[None]:
         _set_rng_states(states)
 
 
+TRUST_OPTION = "trust_checkpoint=true"
+"""How a user asks for a full unpickling (training and evaluation; the export's flag is ``--trust-checkpoint``)."""
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint whose loading would construct objects other than tensors, containers and plain values."""
+
+
+def _unsafe(path: Path, detail: str, trust_option: str) -> UnsafeCheckpointError:
+    return UnsafeCheckpointError(
+        f"{path}: refused, loading it would run code or build objects a weights-only load does not allow "
+        f"({detail}). Nothing in it was executed. Checkpoints written by lit-entropy never need this. If you "
+        f"wrote this file yourself or trust whoever did, load it fully with {trust_option}")
+
+
+def _refused_global(err: BaseException) -> str:
+    """What torch's weights-only unpickler refused, from its message (``Unsupported global: GLOBAL posix.system``)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    for line in lines:
+        if "Unsupported global" in line or "Unsupported operand" in line or "Trying to" in line:
+            return line.rstrip(".").split(". ")[0]
+    return lines[-1][:200] if lines else type(err).__name__
+
+
+def load_checkpoint(path: str | os.PathLike, *, trust: bool = False, mmap: bool = True,
+                    trust_option: str = TRUST_OPTION) -> Any:
+    """A checkpoint file's content on the CPU, loaded weights-only (see the module's docstring).
+
+    ``trust``: a full unpickling instead, with a warning: only for a file the user vouches for. ``mmap``: map the
+    tensors instead of reading them (a legacy, non-zip file cannot be; it is read). A file the weights-only
+    loader refuses raises :class:`UnsafeCheckpointError`, naming the file, what it asked for and ``trust_option``;
+    any other failure (a truncated or corrupt file, bytes that are no pickle) is torch's own exception.
+    """
+    path = Path(path)
+    if trust:
+        log.warning("%s: loading with full unpickling (%s): this runs whatever code the file holds; do this only "
+                    "for a file you trust", path, trust_option)
+        return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError as err:
+            if not mmap or "mmap" not in str(err):
+                raise
+            return torch.load(path, map_location="cpu", weights_only=True)  # a legacy (non-zip) file
+    except pickle.UnpicklingError as err:
+        if any(s in str(err) for s in ("Unsupported operand", "EOF", "truncated")):
+            raise  # not a pickle at all (a damaged or foreign file): the caller's "not readable"
+        raise _unsafe(path, _refused_global(err), trust_option) from None
+
+
+# What a DCP ``.metadata`` pickle may construct: DCP's metadata classes (dataclasses and enums of
+# torch.distributed.checkpoint), torch's sizes, dtypes, layouts and memory formats, and a path.
+_DCP_EXTRA = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+              ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
+              ("pathlib", "PureWindowsPath"), ("pathlib", "Path")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        import importlib
+
+        allowed = (module, name) in _DCP_EXTRA
+        if not allowed and (module == "torch" or module.startswith("torch.distributed.checkpoint")):
+            obj = getattr(importlib.import_module(module), name, None)
+            allowed = (isinstance(obj, torch.dtype | torch.layout | torch.memory_format)
+                       or (isinstance(obj, type) and module != "torch"
+                           and (dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum))))
+        if not allowed:
+            raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
+        return super().find_class(module, name)
+
+
+def check_sharded_metadata(path: str | os.PathLike, trust_option: str = TRUST_OPTION) -> None:
+    """Refuse a sharded (DCP) checkpoint folder whose ``.metadata`` pickle asks for anything but DCP's metadata
+    (torch reads that file with a plain ``pickle.load``)."""
+    metadata = Path(path) / ".metadata"
+    try:
+        _MetadataUnpickler(io.BytesIO(metadata.read_bytes())).load()
+    except pickle.UnpicklingError as err:
+        raise _unsafe(metadata, str(err).splitlines()[0], trust_option) from None
+
+
 def _corrupt(path: Path, why: str) -> ValueError:
     return ValueError(
         f"ckpt_path={path}: not a readable checkpoint ({why}); it was probably truncated by a crash or a full "
@@ -178,11 +275,12 @@ def _corrupt(path: Path, why: str) -> ValueError:
     )
 
 
-def check_resumable(path: str | os.PathLike) -> dict[str, Any]:
+def check_resumable(path: str | os.PathLike, trust: bool = False) -> dict[str, Any]:
     """Refuse a checkpoint a run cannot resume from, naming it; return its metadata.
 
     Returns ``{"step": optimizer steps logged so far (TensorBoard's step), "iteration": k, "kind": ...}``.
-    A directory (sharded FSDP2 checkpoint) is only checked for its ``.metadata`` file.
+    A directory (sharded FSDP2 checkpoint) is checked for its ``.metadata`` file, which must hold DCP's metadata
+    only. ``trust``: load a file that needs full unpickling (:func:`load_checkpoint`).
     """
     path = Path(path)
     if not path.exists():
@@ -190,14 +288,16 @@ def check_resumable(path: str | os.PathLike) -> dict[str, Any]:
     if path.is_dir():
         if not (path / ".metadata").exists():
             raise _corrupt(path, "a directory without .metadata")
+        if not trust:
+            check_sharded_metadata(path)
         return {"step": None, "iteration": None, "kind": None}
     try:
         with zipfile.ZipFile(path) as zf:
             bad = zf.testzip()  # reads every member and checks its CRC: truncation and bit rot
         if bad is not None:
             raise _corrupt(path, f"member {bad} fails its CRC check")
-        ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except ValueError:
+        ckpt = load_checkpoint(path, trust=trust)
+    except ValueError:  # UnsafeCheckpointError included
         raise
     except Exception as err:  # BadZipFile, RuntimeError of torch's reader, UnpicklingError, EOFError, ...
         raise _corrupt(path, f"{type(err).__name__}: {str(err)[:200]}") from None

@@ -21,6 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy.checkpointing import TRUST_OPTION, load_checkpoint
 from lit_entropy.config_path import config_dir
 from lit_entropy.evaluation import eval_prompts, evaluate, evaluate_splits
 from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
@@ -46,19 +47,25 @@ def find_run_config(ckpt: Path) -> Path | None:
     return None
 
 
-def load_checkpoint_weights(model: torch.nn.Module, ckpt: Path) -> None:
-    """Load ``model.<key>`` entries of a Lightning checkpoint's state dict into ``model``."""
-    try:
-        blob = torch.load(ckpt, map_location="cpu", weights_only=True)
-    except Exception as err:  # callback states with custom objects: a trusted file of our own runs
-        log.warning("weights-only load of %s failed (%s); loading it fully", ckpt, str(err).splitlines()[0])
-        blob = torch.load(ckpt, map_location="cpu", weights_only=False)
+def checkpoint_policy_weights(ckpt: Path, trust: bool = False, trust_option: str = TRUST_OPTION
+                              ) -> dict[str, torch.Tensor]:
+    """The policy's tensors (the ``model.<key>`` entries of a Lightning checkpoint's state dict, prefix removed),
+    loaded weights-only (:func:`lit_entropy.checkpointing.load_checkpoint`; ``trust``: fully)."""
+    blob = load_checkpoint(ckpt, trust=trust, trust_option=trust_option)
     state = blob.get("state_dict", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):
         raise ValueError(f"{ckpt}: no state_dict in the checkpoint")
-    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    weights = {k[len("model."):]: v for k, v in state.items() if isinstance(k, str) and k.startswith("model.")}
     if not weights:
         raise ValueError(f"{ckpt}: no 'model.*' keys in the state dict (found e.g. {list(state)[:3]})")
+    return weights
+
+
+def load_checkpoint_weights(model: torch.nn.Module, ckpt: Path, weights: dict[str, torch.Tensor] | None = None,
+                            trust: bool = False) -> None:
+    """Load the policy tensors of checkpoint ``ckpt`` (``weights``, where already read) into ``model``."""
+    if weights is None:
+        weights = checkpoint_policy_weights(ckpt, trust)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
     missing = [k for k in missing if not (tied and k == "lm_head.weight")]
@@ -69,9 +76,15 @@ def load_checkpoint_weights(model: torch.nn.Module, ckpt: Path) -> None:
         model.tie_weights()
 
 
-def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path) -> tuple[PolicyBundle, str]:
-    """The policy bundle and a one-line description of where its weights come from."""
+def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path, trust_option: str = TRUST_OPTION
+                 ) -> tuple[PolicyBundle, str]:
+    """The policy bundle and a one-line description of where its weights come from.
+
+    The checkpoint (``cfg.ckpt_path``) is read first, weights-only (``cfg.trust_checkpoint``: fully), so a file
+    that is refused costs no model build."""
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
+    weights = (checkpoint_policy_weights(ckpt, bool(cfg.get("trust_checkpoint", False)), trust_option)
+               if ckpt is not None else None)
     run_cfg = OmegaConf.load(p) if ckpt and not model_overridden and (p := find_run_config(ckpt)) else None
     spec: Any = instantiate((run_cfg or cfg).model)
     what = f"{type(spec).__name__} from the run config" if run_cfg else f"{type(spec).__name__} (model group)"
@@ -85,7 +98,7 @@ def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path) -> tupl
             what += f", {spec.warmstart.steps} warm-start steps"
     bundle = spec.build()
     if ckpt is not None:
-        load_checkpoint_weights(bundle.model, ckpt)
+        load_checkpoint_weights(bundle.model, ckpt, weights)
         what += f" + weights of {ckpt}"
     bundle.model.eval()
     return bundle, what

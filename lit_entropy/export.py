@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy.checkpointing import UnsafeCheckpointError, load_checkpoint
 from lit_entropy.evaluation_run import build_policy, find_run_config
 from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.models import HFTokenizerAdapter, PolicyBundle
@@ -45,6 +46,8 @@ SHA256_MAX_BYTES = 4 << 30
 """Checkpoints up to this size get a sha256 in ``export.json`` (a few seconds); larger ones (optimizer states
 of big models) are identified by size and mtime, so an export does not spend minutes hashing."""
 HF_POLICIES = "model=hf / model=smollm2_135m"
+TRUST_FLAG = "--trust-checkpoint"
+"""The command line's opt-in to a full unpickling of the checkpoint (lit_entropy/checkpointing.py)."""
 
 
 class ExportError(ValueError):
@@ -52,13 +55,15 @@ class ExportError(ValueError):
 
 
 def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str = "fp32",
-                      force: bool = False, model_dir: str | os.PathLike | None = None) -> Path:
+                      force: bool = False, model_dir: str | os.PathLike | None = None, trust: bool = False) -> Path:
     """Write the policy of the training checkpoint ``ckpt_path`` as a Hugging Face folder ``out_dir``.
 
     ``dtype``: ``fp32`` | ``bf16`` | ``fp16`` of the saved weights. ``force``: replace a non-empty ``out_dir``
     (refused otherwise, so an export never silently mixes with another model's files). ``model_dir``: the base
     model's folder (a Hugging Face folder or hub id) — for a checkpoint without its run's
-    ``.hydra/config.yaml``, or to point a moved run at a local copy of its base. Returns ``out_dir``.
+    ``.hydra/config.yaml``, or to point a moved run at a local copy of its base. ``trust``: load a checkpoint that
+    a weights-only load refuses with full unpickling (it may run code; :func:`lit_entropy.checkpointing.load_checkpoint`).
+    Returns ``out_dir``.
     """
     ckpt, out = Path(ckpt_path), Path(out_dir)
     if dtype not in DTYPES:
@@ -69,13 +74,14 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     if not ckpt.is_file():
         raise ExportError(f"{ckpt}: no such checkpoint file")
     check_destination(out, ckpt, force)
-    has_lora = inspect_checkpoint(ckpt)
+    has_lora = inspect_checkpoint(ckpt, trust)
     cfg, run_config = policy_config(ckpt, model_dir, has_lora)
+    cfg.trust_checkpoint = trust
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lit-entropy-export-") as scratch:  # a lab policy's bare architecture
         try:
             bundle, what = build_policy(cfg, model_overridden=model_dir is not None or run_config is None,
-                                        scratch=Path(scratch))
+                                        scratch=Path(scratch), trust_option=TRUST_FLAG)
         except OSError as err:
             raise ExportError(f"could not build the base model of {ckpt} ({err}); name its folder with "
                               "--model-dir") from err
@@ -111,19 +117,15 @@ def check_destination(out: Path, ckpt: Path, force: bool) -> None:
         raise ExportError(f"--force would delete {out}, which holds the checkpoint or the current folder")
 
 
-def load_state(ckpt: Path) -> dict[str, Any]:
-    """The checkpoint's ``state_dict``, memory-mapped where the file allows it (only the key names are read)."""
-    # Weights only first; then callback states with custom objects (a trusted run of ours); then a legacy
-    # (non-zip) file, which cannot be memory-mapped.
-    blob, error = None, None
-    for kwargs in ({"weights_only": True, "mmap": True}, {"weights_only": False, "mmap": True}, {"weights_only": False}):
-        try:
-            blob = torch.load(ckpt, map_location="cpu", **kwargs)
-            break
-        except Exception as err:
-            error = err
-    else:
-        raise ExportError(f"{ckpt}: not a readable torch checkpoint ({type(error).__name__}: {error})") from error
+def load_state(ckpt: Path, trust: bool = False) -> dict[str, Any]:
+    """The checkpoint's ``state_dict``, loaded weights-only (``trust``: fully; :func:`load_checkpoint`) and
+    memory-mapped where the file allows it (only the key names are read)."""
+    try:
+        blob = load_checkpoint(ckpt, trust=trust, trust_option=TRUST_FLAG)
+    except UnsafeCheckpointError as err:
+        raise ExportError(str(err)) from None
+    except Exception as err:
+        raise ExportError(f"{ckpt}: not a readable torch checkpoint ({type(err).__name__}: {err})") from err
     state = blob.get("state_dict", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):
         raise ExportError(f"{ckpt}: no state_dict in the checkpoint (a training checkpoint of this package holds "
@@ -131,10 +133,10 @@ def load_state(ckpt: Path) -> dict[str, Any]:
     return state
 
 
-def inspect_checkpoint(ckpt: Path) -> bool:
+def inspect_checkpoint(ckpt: Path, trust: bool = False) -> bool:
     """Check the checkpoint holds a policy (``model.*`` keys) before anything is built; whether it has LoRA
     adapters (their scale ``alpha/r`` is in the run config, not in the tensors)."""
-    keys = [k for k in load_state(ckpt) if isinstance(k, str)]
+    keys = [k for k in load_state(ckpt, trust) if isinstance(k, str)]
     policy = [k for k in keys if k.startswith("model.")]
     if not policy:
         raise ExportError(f"{ckpt}: no 'model.*' keys in the state dict (found e.g. {keys[:3]}): not a policy "

@@ -15,6 +15,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.interrupt import InterruptLatch
 from lit_entropy.log_steps import tensorboard_resume, write_again
@@ -124,6 +125,16 @@ def check_batch_and_algo(batch: BatchConfig, algo: Any) -> None:
                          "baseline and learns from them: pick one")
 
 
+def hydra_context() -> tuple[dict[str, Any], list[str]]:
+    """Hydra's group choices and the command line's overrides of this run; empty for a config composed in code."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {}, []
+    hydra_cfg = HydraConfig.get()
+    return dict(hydra_cfg.runtime.choices), list(hydra_cfg.overrides.task)
+
+
 def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
           resume_iteration: int | None = None) -> tuple[pl.Trainer, Any, Any]:
     """The trainer, the module and the rollout DataModule of a composed config.
@@ -155,7 +166,8 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
     if callable(check_prompts):
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
-    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch()]  # a swallowed Ctrl-C is raised again
+    # InterruptLatch: a swallowed Ctrl-C is raised again. RunDashboard last: it reads what the others logged.
+    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch(), RunDashboard(run_hparams(cfg, *hydra_context()))]
     check_knob_owners(callbacks, algo)
     check_controllers_and_algo(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
@@ -189,16 +201,18 @@ class Fitted:
 def fit(cfg: DictConfig, engine: Any = None) -> Fitted:
     """Fit one run of a composed config (what ``scripts/train.py`` does); ``engine`` as in :func:`build`.
 
-    A ``ckpt_path`` is checked first (before the warm start and the engine start): a truncated, corrupt
-    or mid-iteration checkpoint is refused naming its path.
+    A ``ckpt_path`` is checked first (before the warm start and the engine start): a truncated, corrupt,
+    unsafe (its pickle asks for code; ``trust_checkpoint=true`` overrides) or mid-iteration checkpoint is refused
+    naming its path.
     """
     ckpt_path = cfg.get("ckpt_path")
+    trust = bool(cfg.get("trust_checkpoint", False))
     special = ckpt_path in ("last", "hpc", "registry")  # Lightning resolves these names itself
-    resume = check_resumable(ckpt_path) if ckpt_path and not special else {}
+    resume = check_resumable(ckpt_path, trust=trust) if ckpt_path and not special else {}
     trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume.get("step"),
                                         resume_iteration=resume.get("iteration"))
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:  # weights-only, whatever torch's default: a checkpoint cannot run code (lit_entropy/checkpointing.py)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=not trust)
     finally:
         datamodule.close()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}

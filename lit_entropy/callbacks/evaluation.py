@@ -65,6 +65,20 @@ class PeriodicEvalCallback(pl.Callback):
         self.final_n = int(final_n) if final_n is not None else n
         self.final_ks = tuple(int(k) for k in final_ks) if final_ks else self.ks
 
+    def headline_tags(self, datamodule: object) -> list[str]:
+        """The pass@k tags this callback logs, for the HParams table (lit_entropy/callbacks/dashboard.py): each
+        split's greedy pass@1 (with ``greedy``) and sampled pass@k, or ``eval/pass@k`` for a source without splits,
+        for every k of ``ks`` and ``final_ks``."""
+        ks = sorted(set(self.ks) | set(self.final_ks))
+        prompts = getattr(datamodule, "prompts", None)
+        if prompts is None or not hasattr(prompts, "eval_splits"):
+            return [f"eval/pass@{k}" for k in ks]
+        tags = []
+        for split in prompts.eval_splits(1, seed=self.seed):
+            tags += [f"eval/{split}/greedy/pass@1"] if self.greedy else []
+            tags += [f"eval/{split}/sampled/pass@{k}" for k in ks]
+        return tags
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """With ``at_start``: the policy before any update (not again when a run resumes)."""
         if not self.at_start or trainer.current_epoch > 0 or trainer.global_step > 0:

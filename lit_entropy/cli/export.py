@@ -26,6 +26,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                     help="dtype of the saved weights (default fp32)")
     ap.add_argument("--force", action="store_true", help="replace a non-empty out_dir (its content is deleted)")
+    ap.add_argument("--trust-checkpoint", action="store_true",
+                    help="load a checkpoint that the weights-only load refuses with full unpickling, which runs any "
+                         "code the file holds: only for a file you trust (lit-entropy's own never need it)")
     ap.add_argument("--model-dir", default=None,
                     help="the base model's Hugging Face folder (or hub id): for a checkpoint without its run's "
                          ".hydra/config.yaml, or a run whose base folder moved")
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         out = export_checkpoint(args.checkpoint, args.out_dir, dtype=args.dtype, force=args.force,
-                                model_dir=args.model_dir)
+                                model_dir=args.model_dir, trust=args.trust_checkpoint)
     except ExportError as err:
         print(f"lit-entropy-export: error: {err}", file=sys.stderr)
         return 1

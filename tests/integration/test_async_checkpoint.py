@@ -50,7 +50,7 @@ def test_background_write_holds_the_boundary_state(tmp_path, monkeypatch):
     for mode in ("async", "sync"):
         for it in (1, 2, 3):
             path = tmp_path / mode / "checkpoints" / f"iteration-{it:04d}.ckpt"
-            loaded[mode, it] = flat(torch.load(path, map_location="cpu", weights_only=False))
+            loaded[mode, it] = flat(torch.load(path, map_location="cpu", weights_only=True))
     for it in (1, 2, 3):
         a, b = loaded["async", it], loaded["sync", it]
         assert a.keys() == b.keys()

@@ -61,7 +61,7 @@ def test_resume_from_iteration_2_equals_4_straight(tmp_path, harness, name):
     meta = check_resumable(ckpt)
     assert meta["kind"] == "iteration" and meta["iteration"] == J
     if name != "none":
-        saved = torch.load(ckpt, map_location="cpu", weights_only=False)["callbacks"]
+        saved = torch.load(ckpt, map_location="cpu", weights_only=True)["callbacks"]
         assert any(type(_controller(straight)).__name__ in k for k in saved), saved.keys()
     resumed = harness.fit([*_overrides(name), f"trainer.max_epochs={K}", f"ckpt_path={ckpt}"], tmp_path,
                           smoke=False, name="resumed")

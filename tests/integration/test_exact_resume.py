@@ -127,8 +127,8 @@ def _flat(obj, prefix: str = "") -> dict[str, object]:
 
 def max_state_diff(a: Path, b: Path) -> tuple[float, list[str]]:
     """Largest |difference| over every tensor and number of two checkpoints, and the keys that differ."""
-    ca = torch.load(a, map_location="cpu", weights_only=False)
-    cb = torch.load(b, map_location="cpu", weights_only=False)
+    ca = torch.load(a, map_location="cpu", weights_only=True)
+    cb = torch.load(b, map_location="cpu", weights_only=True)
     skip = ("hparams", "hyper_parameters", "IterationCheckpoint", "pytorch-lightning_version")
     fa = {k: v for k, v in _flat(ca).items() if not any(s in k for s in skip)}
     fb = {k: v for k, v in _flat(cb).items() if not any(s in k for s in skip)}
@@ -220,7 +220,7 @@ def test_ctrl_c_leaves_a_checkpoint_that_resumes_exactly(tmp_path, baseline):
     code = start_and_signal(run, name, signal.SIGINT, after=1)
     assert code == 1  # Lightning's graceful shutdown on KeyboardInterrupt
     ckpts = run / "checkpoints"
-    exc = torch.load(ckpts / "exception.ckpt", map_location="cpu", weights_only=False)
+    exc = torch.load(ckpts / "exception.ckpt", map_location="cpu", weights_only=True)
     assert exc["lit_entropy"]["kind"] == "exception" and "KeyboardInterrupt" in exc["lit_entropy"]["reason"]
     assert not list(ckpts.glob(".*.tmp"))
     train(run, name, f"ckpt_path={ckpts / 'last.ckpt'}")
@@ -238,7 +238,7 @@ def test_floating_point_error_leaves_checkpoints(tmp_path, harness):
                                "module.max_logp_mismatch_mean=null"), tmp_path, smoke=False)
     ckpts = tmp_path / "run" / "checkpoints"
     assert check_resumable(ckpts / "last.ckpt")["kind"] == "iteration"  # boundary 0: before the first rollout
-    exc = torch.load(ckpts / "exception.ckpt", map_location="cpu", weights_only=False)
+    exc = torch.load(ckpts / "exception.ckpt", map_location="cpu", weights_only=True)
     assert "FloatingPointError" in exc["lit_entropy"]["reason"]
     with pytest.raises(ValueError, match="last.ckpt"):
         check_resumable(ckpts / "exception.ckpt")

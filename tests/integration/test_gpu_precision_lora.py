@@ -39,7 +39,7 @@ def test_gpu_lab_run(tmp_path, run, engine):
     assert sorted(scalars["train/ratio_mean"])[0][1] == pytest.approx(1.0, abs=1e-6)  # first step: on-policy
     assert all(math.isfinite(v) for _, v in scalars["train/loss"])
     assert max(v for _, v in scalars["diag/logp_mismatch_max"]) <= MISMATCH[run]
-    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     state = ckpt["state_dict"]
     assert state and all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
     if run == "fp16":  # the loss scaler is live and checkpointed

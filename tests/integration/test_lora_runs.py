@@ -31,7 +31,7 @@ def test_lora_trains_adapters_only_and_syncs_vllm(full):
     assert max(v for _, v in scalars["diag/logp_mismatch_max"]) <= 1e-4  # merged weights reach vLLM
     assert all(math.isfinite(v) for _, v in scalars["train/loss"])
 
-    ckpt = torch.load(full.last_ckpt, map_location="cpu", weights_only=False)
+    ckpt = torch.load(full.last_ckpt, map_location="cpu", weights_only=True)
     state = ckpt["state_dict"]
     adapters = {k: v for k, v in state.items() if "lora_" in k}
     assert adapters and any(float(v.abs().max()) > 0 for k, v in adapters.items() if "lora_B" in k)

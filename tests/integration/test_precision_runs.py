@@ -18,7 +18,7 @@ def test_first_step_ratio_is_exactly_one_in_every_precision(tmp_path, harness, c
     first = sorted(scalars["train/ratio_mean"])[0][1]
     assert first == 1.0, (precision, first)  # pre-update pass and update under the same autocast
     assert all(math.isfinite(v) for _, v in scalars["train/loss"])
-    ckpt = torch.load(run.last_ckpt, map_location="cpu", weights_only=False)
+    ckpt = torch.load(run.last_ckpt, map_location="cpu", weights_only=True)
     if precision == "fp16":
         state = ckpt.get("MixedPrecision", {})
         assert state.get("scale", 0) > 0, ckpt.keys()  # the GradScaler's state is checkpointed

@@ -65,7 +65,7 @@ def two_nodes(run: Path) -> None:
 
 
 def params(run: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
     return {k: v for k, v in state.items() if torch.is_floating_point(v)}
 
 

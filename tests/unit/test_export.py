@@ -46,7 +46,7 @@ def tiny_hf(tmp_path_factory) -> Path:
 def perturb(ckpt: Path, model: torch.nn.Module, seed: int, scale: float = 0.05) -> None:
     """Add the same noise to every trainable-or-not parameter of the live ``model`` and to its ``model.*``
     entries in the trainer's checkpoint file (in place: tied tensors stay one tensor), and rewrite the file."""
-    blob = torch.load(ckpt, map_location="cpu", weights_only=False)
+    blob = torch.load(ckpt, map_location="cpu", weights_only=True)
     state = blob["state_dict"]
     g = torch.Generator().manual_seed(seed)
     for name, p in model.named_parameters():
@@ -127,7 +127,7 @@ def test_lora_adapters_are_merged_into_the_base_weights(lora_run, tiny_hf, tmp_p
     from safetensors.torch import load_file
 
     ckpt, policy = lora_run
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     b = [v for k, v in state.items() if "lora_B" in k]
     assert b and all(float(v.abs().max()) > 0 for v in b)  # the adapters change the policy
     out = export_checkpoint(ckpt, tmp_path / "exported")
