@@ -3,6 +3,7 @@
 # Extra Hydra overrides go in ARGS, e.g.  make train ARGS="callbacks/entropy=none"
 # Against TRL's GRPOTrainer: make bench-trl [ARGS="--pairs 3 --iters 5"]   (adds the `bench` extra)
 # For the GPU machine (no network there): make gpu-wheels, then bash scripts/gpu_check.sh there (docs/testing.md)
+# TensorBoard in a real browser (HParams table, custom layout; screenshots in docs/img): make tensorboard-check
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,7 +25,7 @@ GPU_WHEELS_DIR ?= gpu-wheels
 GPU_WHEELS := hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 math-verify==0.9.0 \
 	latex2sympy2_extended==1.11.0
 
-.PHONY: setup train test smoke lint bench bench-trl gpu-wheels clean
+.PHONY: setup train test smoke lint bench bench-trl gpu-wheels tensorboard-check clean
 
 setup: $(STAMP)
 
@@ -66,6 +67,28 @@ gpu-wheels:
 	$(PY) -m pip wheel --quiet --no-deps --wheel-dir $(GPU_WHEELS_DIR) $(GPU_WHEELS)
 	! ls $(GPU_WHEELS_DIR)/*.whl | grep -v -- '-none-any\.whl$$'
 	du -ch $(GPU_WHEELS_DIR)/*.whl | tail -n 1
+
+# TensorBoard seen in a real browser (docs/logging.md): a short default run and a two-run multirun (two controllers,
+# with a mismatch correction so every chart has a line), then scripts/tensorboard_check.py opens TensorBoard on each in
+# headless Chromium, asserts the HParams table lists the runs with their metrics and the custom layout draws its
+# charts, and writes the screenshots. Needs Debian's chromium and chromium-driver (apt-get, root) and selenium (pip);
+# both are installed when missing. Not part of `make test`: CI has no browser.
+TB_CHECK_DIR ?= logs/tensorboard_check
+TB_SHOTS ?= docs/img
+TB_RUN := debug=smoke callbacks/eval=periodic callbacks.eval.num_problems=16 callbacks.eval.n=4 'callbacks.eval.ks=[1,4]'
+TB_METRICS := rollout/accuracy summary/accuracy_best rollout/entropy summary/entropy_min eval/pass@1 eval/pass@4
+tensorboard-check: $(STAMP)
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || apt-get install -y -q chromium chromium-driver
+	$(PY) -c "import selenium" 2>/dev/null || $(PY) -m pip install --quiet "selenium>=4.20"
+	rm -rf $(TB_CHECK_DIR)
+	$(PY) scripts/train.py $(TB_RUN) hydra.run.dir=$(TB_CHECK_DIR)/default/run
+	$(PY) scripts/train.py -m $(TB_RUN) correction=tis callbacks/entropy=entrocraft_hard,adapo \
+		hydra.sweep.dir=$(TB_CHECK_DIR)/multirun
+	$(PY) scripts/tensorboard_check.py --logdir $(TB_CHECK_DIR)/default --runs 1 --metrics $(TB_METRICS) \
+		--out $(TB_SHOTS) --name tensorboard_default --charts "entropy and its band or target" \
+		"the controller's knob" "accuracy and reward" "evaluation pass@k" "clip fractions (optimizer step)"
+	$(PY) scripts/tensorboard_check.py --logdir $(TB_CHECK_DIR)/multirun --runs 2 --metrics $(TB_METRICS) \
+		--out $(TB_SHOTS) --name tensorboard_multirun
 
 lint: $(STAMP)
 	$(PY) -m ruff check lit_entropy studies benchmarks scripts tests

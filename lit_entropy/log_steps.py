@@ -2,7 +2,7 @@
 
 ``train/*`` (but ``train/loss_epoch``) is logged once per optimizer step, at the optimizer step (Lightning's
 global step, from 0). Everything else is logged once per RL iteration (one Lightning epoch): ``rollout/*``,
-``rollout_corr/*``, ``control/*``, ``diag/*``, ``law/*``, ``stop/*``, ``eval/*``, ``time/*``, ``train/loss_epoch``, the
+``rollout_corr/*``, ``control/*``, ``diag/*``, ``law/*``, ``stop/*``, ``eval/*``, ``summary/*``, ``time/*``, ``train/loss_epoch``, the
 ``rollout/samples`` text and the ``diag/token_entropy`` histogram, at the iteration k: the number of iterations
 finished when the value is written (1 for the first), whatever the number of optimizer steps per iteration. The
 evaluation of the starting policy (``callbacks.eval.at_start``) is at 0, an evaluation after iteration k at k.

@@ -1,11 +1,12 @@
 """Check in a real headless browser that TensorBoard shows the runs' HParams table and Custom Scalars charts.
 
-    python scripts/tensorboard_check.py --logdir DIR --runs N --metrics TAG [TAG ...] --out FOLDER [--name PREFIX]
+    python scripts/tensorboard_check.py --logdir DIR --runs N --metrics TAG [TAG ...] --out FOLDER \
+        [--name PREFIX] [--charts TITLE ...] [--timeout S] [--load-fast auto|true|false]
 
 It starts TensorBoard (from this interpreter) on ``DIR`` and opens it in headless Chromium (driven by Selenium
 through the system's ``/usr/bin/chromedriver``; the network is never needed), then:
 
-1. **HParams** (the ``#hparams`` dashboard, its TABLE VIEW: a ``vaadin-grid`` inside ``tf-hparams-table-view``;
+1. **HParams** (the ``#hparams`` dashboard, its TABLE VIEW: a ``vaadin-grid`` in ``tf-hparams-table-view``;
    TensorBoard 2.21's Time Series runs table does not show hparams): at least ``N`` rows (one per run: a run's
    session group), and each ``--metrics`` tag a column with a finite number in every row. That dashboard shows
    only the first 5 metrics (and 5 hparams) as columns; the check ticks the metric's box in the left pane when
@@ -79,7 +80,8 @@ const pane = deepAll(document, 'tf-hparams-query-pane')[0];
 const matching = (pane ? deepAll(pane.shadowRoot || pane, 'div') : [])
   .map(text).find(t => /^Number of matching session groups/.test(t)) || '';
 return {header: head ? cells(head) : [], rows: rows, size: grid.size || 0, matching: matching,
-        overflow: table ? [table.scrollWidth - table.clientWidth, table.scrollHeight - table.clientHeight] : [0, 0]};
+        overflow: table ? [table.scrollWidth - table.clientWidth, table.scrollHeight - table.clientHeight]
+                        : [0, 0]};
 """
 JS_METRIC_BOXES = JS_DEEP + """
 return deepAll(document, 'paper-checkbox.metric-checkbox').map(b => [text(b), !!b.checked, b]);
@@ -96,7 +98,7 @@ const root = dash.shadowRoot || dash;
 const categories = deepAll(root, 'tf-category-paginated-view').map(v => {
   const heading = v.shadowRoot && v.shadowRoot.querySelector('button.heading');
   return {name: text(v.shadowRoot && v.shadowRoot.querySelector('.category-name')), opened: !!v.opened,
-          paginated: !v.disablePagination, heading: heading};
+          heading: heading};
 });
 const cards = deepAll(root, 'tf-custom-scalar-multi-line-chart-card, tf-custom-scalar-margin-chart-card')
   .map(card => {
@@ -115,12 +117,11 @@ const cards = deepAll(root, 'tf-custom-scalar-multi-line-chart-card, tf-custom-s
             loading: !!(loader && loader.dataLoading)};
   });
 const container = deepAll(root, '#categories-container')[0];
-const empty = deepAll(root, '#categories-container > *').length === 0 || !container;
 let overflow = 0;
 for (let e = container; e; e = e.parentElement || (e.getRootNode() && e.getRootNode().host)) {
   overflow = Math.max(overflow, e.scrollHeight - e.clientHeight);
 }
-return {categories: categories, cards: cards, overflow: overflow, empty: empty,
+return {categories: categories, cards: cards, overflow: overflow,
         text: text(root.querySelector ? root.querySelector('#categories-container') : null).slice(0, 300)};
 """
 JS_CUSTOM_SCALARS_UNPAGINATE = JS_DEEP + """
@@ -179,8 +180,12 @@ def _get_json(url: str) -> Any:
 
 
 @contextmanager
-def tensorboard(logdir: str | Path, runs: int, timeout: float, load_fast: str = "auto") -> Iterator[str]:
-    """Run TensorBoard on ``logdir`` until the block ends; yields its URL once it lists ``runs`` runs."""
+def tensorboard(logdir: str | Path, runs: int, timeout: float,
+                load_fast: str = "auto") -> Iterator[tuple[str, list[str]]]:
+    """Run TensorBoard on ``logdir`` until the block ends.
+
+    Yields its URL and runs once it lists ``runs`` runs, or (with those it lists) after ``timeout`` seconds.
+    """
     port = _free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="tensorboard_check_", suffix=".log", delete=False)
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(port),
@@ -189,21 +194,21 @@ def tensorboard(logdir: str | Path, runs: int, timeout: float, load_fast: str = 
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
-        found: list[str] = []
-        while True:
+        found: list[str] | None = None
+        while found is None or len(found) < runs:
             if process.poll() is not None:
                 raise RuntimeError(f"TensorBoard exited ({process.returncode}): {_tail(log.name)}")
             try:
                 found = _get_json(f"{url}/data/runs")
-                if len(found) >= runs:
-                    break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"TensorBoard at {url} listed {len(found)} runs {found}, not {runs}, after "
-                                   f"{timeout:.0f} s: {_tail(log.name)}")
+                if found is None:
+                    raise RuntimeError(f"TensorBoard at {url} did not answer in {timeout:.0f} s: "
+                                       f"{_tail(log.name)}")
+                break
             time.sleep(0.5)
-        yield url
+        yield url, found
     finally:
         if process.poll() is None:  # its process group: TensorBoard and its data server
             os.killpg(process.pid, signal.SIGTERM)
@@ -261,14 +266,30 @@ def _number(cell: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _click(driver: Any, element: Any) -> None:
+    """Click ``element`` as a user would; where something covers it, by JavaScript."""
+    from selenium.common.exceptions import WebDriverException
+
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+    try:
+        element.click()
+    except WebDriverException:
+        driver.execute_script("arguments[0].click();", element)
+
+
 def _resize(driver: Any, width: int, height: int) -> None:
-    driver.set_window_size(min(max(width, WINDOW[0]), MAX_WINDOW[0]), min(max(height, WINDOW[1]), MAX_WINDOW[1]))
+    width = min(max(width, WINDOW[0]), MAX_WINDOW[0])
+    height = min(max(height, WINDOW[1]), MAX_WINDOW[1])
+    driver.set_window_size(width, height)
     time.sleep(1.0)  # let the page lay itself out again
 
 
 def check_hparams(driver: Any, url: str, runs: int, metrics: Sequence[str], screenshot: Path,
-                  timeout: float) -> tuple[dict[str, Any], list[str]]:
-    """The HParams dashboard's table: ``runs`` rows, a number for each of ``metrics`` in each row."""
+                  timeout: float, listed: int) -> tuple[dict[str, Any], list[str]]:
+    """The HParams dashboard's table: ``runs`` rows, a number for each of ``metrics`` in each row.
+
+    ``listed``: how many runs TensorBoard lists (when under ``runs``, waiting for more rows is pointless).
+    """
     driver.get(f"{url}/#hparams")
     errors: list[str] = []
 
@@ -277,10 +298,10 @@ def check_hparams(driver: Any, url: str, runs: int, metrics: Sequence[str], scre
 
     def ready() -> Any:
         t = table()
-        return t if t and t["header"] and t["rows"] and t["size"] >= runs else None
+        return t if t and t["header"] and t["rows"] and t["size"] >= min(runs, listed) else None
 
     state = _wait(ready, timeout)
-    if not state:  # the runs' hparams may not all have been loaded when the page asked: reload it once
+    if not state and listed >= runs:  # the runs' hparams perhaps not all loaded yet: reload the page once
         driver.refresh()
         state = _wait(ready, timeout)
     state = state or table()
@@ -294,10 +315,13 @@ def check_hparams(driver: Any, url: str, runs: int, metrics: Sequence[str], scre
         if metric not in boxes:
             errors.append(f"HParams: metric {metric!r} is not among the experiment's metrics {sorted(boxes)}")
         elif not boxes[metric][0]:
-            driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", boxes[metric][1])
-            boxes[metric][1].click()
+            _click(driver, boxes[metric][1])
     wanted = [m for m in metrics if m in boxes]
-    state = _wait(lambda: (t := table()) and all(m in t["header"] for m in wanted) and t, timeout / 2) or table()
+    def shown() -> Any:
+        t = table()
+        return t if t and all(m in t["header"] for m in wanted) else None
+
+    state = _wait(shown, timeout / 2) or table()
 
     # Rows: those the grid has drawn; scroll it for the others (it draws only what fits).
     rows = {row[0]: row for row in state["rows"]}
@@ -336,16 +360,15 @@ def check_hparams(driver: Any, url: str, runs: int, metrics: Sequence[str], scre
         _resize(driver, width + max(overflow[0], 0) + 20, height + max(overflow[1], 0) + 20)
     driver.save_screenshot(str(screenshot))
     driver.set_window_size(*WINDOW)
+    per_row = {run: sum(isinstance(v, float) for v in found.values()) for run, found in values.items()}
     summary = {"dashboard": "hparams (TABLE VIEW)", "rows": len(rows), "columns": header,
-               "matching": state["matching"], "metrics_per_row": {n: sum(isinstance(v, float) for v in m.values())
-                                                                   for n, m in values.items()},
-               "values": values}
+               "matching": state["matching"], "metrics_per_row": per_row, "values": values}
     return summary, errors
 
 
 def check_custom_scalars(driver: Any, url: str, charts: Sequence[str], screenshot: Path,
                          timeout: float) -> tuple[dict[str, Any], list[str]]:
-    """The Custom Scalars dashboard: a card for each of ``charts`` (titles), each with a line or point drawn."""
+    """The Custom Scalars dashboard: a card for each of ``charts`` (titles), each having drawn a line."""
     driver.get(f"{url}/#custom_scalars")
     errors: list[str] = []
 
@@ -360,20 +383,20 @@ def check_custom_scalars(driver: Any, url: str, charts: Sequence[str], screensho
 
     for category in state["categories"]:  # open the collapsed ones
         if not category["opened"]:
-            category["heading"].click()
+            _click(driver, category["heading"])
     driver.execute_script(JS_CUSTOM_SCALARS_UNPAGINATE)
     time.sleep(1.0)
     state = page()
     _resize(driver, WINDOW[0], WINDOW[1] + state["overflow"] + 60)  # every chart in view: all of them load
 
-    def drawn() -> Any:
+    def all_drawn() -> Any:
         p = page()
         found = {card["title"] for card in p["cards"]}
         done = all(c["lines"] or c["points"] for c in p["cards"] if c["title"] in charts) and \
             all(title in found for title in charts)
         return p if done else None
 
-    state = _wait(drawn, timeout) or page()
+    state = _wait(all_drawn, timeout) or page()
     driver.save_screenshot(str(screenshot))
     driver.set_window_size(*WINDOW)
 
@@ -387,16 +410,17 @@ def check_custom_scalars(driver: Any, url: str, charts: Sequence[str], screensho
     closed = [c["name"] for c in state["categories"] if not c["opened"]]
     if closed:
         errors.append(f"Custom Scalars: categories still collapsed: {closed}")
+    drawn = [t for t in charts if t in cards and (cards[t]["lines"] or cards[t]["points"])]
     summary = {"categories": [c["name"] for c in state["categories"]], "charts_expected": len(charts),
-               "charts_found": sum(title in cards for title in charts), "charts_drawn":
-               sum(title in cards and bool(cards[title]["lines"] or cards[title]["points"]) for title in charts),
-               "charts": {title: {k: card[k] for k in ("lines", "points", "matches")} for title, card in
-                          cards.items()}}
+               "charts_found": sum(title in cards for title in charts), "charts_drawn": len(drawn),
+               "charts": {title: {k: card[k] for k in ("lines", "points", "matches")}
+                          for title, card in cards.items()}}
     return summary, errors
 
 
-def check(logdir: str | Path, runs: int, metrics: Sequence[str], out: str | Path, name: str = "tensorboard", *,
-          charts: Sequence[str] | None = None, timeout: float = 60.0, load_fast: str = "auto") -> dict[str, Any]:
+def check(logdir: str | Path, runs: int, metrics: Sequence[str], out: str | Path, name: str = "tensorboard",
+          *, charts: Sequence[str] | None = None, timeout: float = 60.0,
+          load_fast: str = "auto") -> dict[str, Any]:
     """Check TensorBoard's HParams table and Custom Scalars charts for ``logdir``; screenshots into ``out``.
 
     Args:
@@ -414,11 +438,14 @@ def check(logdir: str | Path, runs: int, metrics: Sequence[str], out: str | Path
 
     Raises:
         CheckFailed: when a check fails (after both dashboards were checked and their screenshots saved).
-        RuntimeError: when the check cannot run (TensorBoard or Chromium missing or not starting).
+        FileNotFoundError, RuntimeError: when the check cannot run (no ``logdir``; TensorBoard or Chromium
+            missing or not starting).
     """
     from tensorboard.version import VERSION
 
     start = time.monotonic()
+    if not Path(logdir).is_dir():
+        raise FileNotFoundError(f"no log folder {logdir}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     expected = list(charts) if charts is not None else [title for _, title in layout_charts(logdir)]
@@ -428,13 +455,15 @@ def check(logdir: str | Path, runs: int, metrics: Sequence[str], out: str | Path
     if not expected:
         errors.append(f"Custom Scalars: no layout (custom_scalars__config__) in {logdir}'s event files, "
                       "and no --charts")
-    with tensorboard(logdir, runs, timeout, load_fast) as url, chromium() as driver:
+    with tensorboard(logdir, runs, timeout, load_fast) as (url, listed), chromium() as driver:
         summary["chromium"] = driver.capabilities.get("browserVersion")
+        summary["tensorboard_runs"] = len(listed)
         shots = {"hparams": out / f"{name}_hparams.png", "custom_scalars": out / f"{name}_custom_scalars.png"}
-        summary["hparams"], found = check_hparams(driver, url, runs, metrics, shots["hparams"], timeout)
+        summary["hparams"], found = check_hparams(driver, url, runs, metrics, shots["hparams"], timeout,
+                                                  len(listed))
         errors += found
-        summary["custom_scalars"], found = check_custom_scalars(driver, url, expected, shots["custom_scalars"],
-                                                                timeout)
+        summary["custom_scalars"], found = check_custom_scalars(driver, url, expected,
+                                                                shots["custom_scalars"], timeout)
         errors += found
         summary["screenshots"] = [str(path) for path in shots.values()]
     summary["seconds"] = round(time.monotonic() - start, 1)
@@ -455,11 +484,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, required=True, metavar="N",
                         help="the HParams table must list at least N runs")
     parser.add_argument("--metrics", nargs="+", required=True, metavar="TAG",
-                        help="hparams metric tags (e.g. rollout/accuracy) that must be columns with a number in "
-                             "every row")
+                        help="hparams metric tags (e.g. rollout/accuracy) that must be columns with a number "
+                             "in every row")
     parser.add_argument("--out", required=True, metavar="FOLDER", help="where the screenshots go")
     parser.add_argument("--name", default="tensorboard", metavar="PREFIX",
-                        help="screenshots are PREFIX_hparams.png and PREFIX_custom_scalars.png (default: %(default)s)")
+                        help="screenshots are PREFIX_hparams.png and PREFIX_custom_scalars.png "
+                             "(default: %(default)s)")
     parser.add_argument("--charts", nargs="+", metavar="TITLE",
                         help="the Custom Scalars chart titles to expect (default: every titled chart of the "
                              "layout written in the event files)")

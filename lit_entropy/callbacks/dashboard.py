@@ -63,8 +63,9 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "sampler/trainer mismatch": ["Multiline", [r"^rollout_corr/(kl|k3_kl)$"]],
     },
 }
-"""The custom-scalars layout: category → chart title → ``["Multiline", [tag regexes]]`` (TensorBoard matches each
-regex against the tags with ``re.search``)."""
+"""The custom-scalars layout: category → chart title → ``["Multiline", [tag regexes]]``. TensorBoard keeps the tags
+that ``re.match`` a chart's regexes (anchored at the start only), so each regex ends in ``$`` where a longer tag
+must not join it."""
 
 BEST = {"summary/accuracy_best": ("rollout/accuracy", max), "summary/entropy_min": ("rollout/entropy", min)}
 """The running summaries this callback logs: tag → (the tag it follows, how it combines)."""
@@ -91,8 +92,7 @@ def run_hparams(cfg: DictConfig, choices: Mapping[str, Any] | None = None,
     """
     out: dict[str, Scalar] = {}
     for group, option in sorted((choices or {}).items()):
-        if option is not None and (group in ("callbacks/entropy", "callbacks/eval")
-                                   or group.split("/")[0] not in GROUPS_LEFT_OUT):
+        if option is not None and group not in GROUPS_LEFT_OUT and not group.startswith("hydra/"):
             out[group] = str(option)
     entropy = OmegaConf.select(cfg, "callbacks.entropy")
     target = str(entropy.get("_target_", "")) if isinstance(entropy, DictConfig) else ""

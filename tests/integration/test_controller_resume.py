@@ -7,9 +7,12 @@ no separate two-iteration run. A real process killed mid-run and resumed is test
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
+from lit_entropy.callbacks.dashboard import LAYOUT
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.log_steps import on_optimizer_step
 from tests.helpers import CONF
@@ -63,6 +66,9 @@ def test_resume_from_iteration_2_equals_4_straight(tmp_path, harness, name):
     if name != "none":
         saved = torch.load(ckpt, map_location="cpu", weights_only=True)["callbacks"]
         assert any(type(_controller(straight)).__name__ in k for k in saved), saved.keys()
+        # The dashboard's knob chart (lit_entropy/callbacks/dashboard.py) draws this controller's knob.
+        knob_chart = LAYOUT["entropy"]["the controller's knob"][1]
+        assert any(re.match(r, t) for r in knob_chart for t in straight.scalars), sorted(straight.scalars)
     resumed = harness.fit([*_overrides(name), f"trainer.max_epochs={K}", f"ckpt_path={ckpt}"], tmp_path,
                           smoke=False, name="resumed")
     # The resumed run's first step: the optimizer step after the checkpoint's for train/*, the iteration after it
