@@ -7,6 +7,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -15,7 +16,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams
+from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams, varied_keys
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.interrupt import InterruptLatch
 from lit_entropy.log_steps import tensorboard_resume, write_again
@@ -125,14 +126,21 @@ def check_batch_and_algo(batch: BatchConfig, algo: Any) -> None:
                          "baseline and learns from them: pick one")
 
 
-def hydra_context() -> tuple[dict[str, Any], list[str]]:
-    """Hydra's group choices and the command line's overrides of this run; empty for a config composed in code."""
+def hydra_context() -> tuple[dict[str, Any], list[str], list[str]]:
+    """Hydra's group choices, the command line's overrides of this run, and, in a multirun, the overrides of the
+    whole sweep (from its ``multirun.yaml``, where a swept key still has all its values); empty for a config
+    composed in code."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return {}, []
+        return {}, [], []
     hydra_cfg = HydraConfig.get()
-    return dict(hydra_cfg.runtime.choices), list(hydra_cfg.overrides.task)
+    sweep: list[str] = []
+    sweep_file = Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml"
+    if hydra_cfg.mode == RunMode.MULTIRUN and sweep_file.is_file():
+        sweep = list(OmegaConf.select(OmegaConf.load(sweep_file), "hydra.overrides.task", default=None) or [])
+    return dict(hydra_cfg.runtime.choices), list(hydra_cfg.overrides.task), sweep
 
 
 def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
@@ -166,8 +174,10 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     check_prompts = getattr(spec, "check_prompts", None)  # the lab's character model reads only its alphabet
     if callable(check_prompts):
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
+    choices, overrides, sweep = hydra_context()
+    dashboard = RunDashboard(run_hparams(cfg, choices, overrides), varied_keys(overrides, sweep))
     # InterruptLatch: a swallowed Ctrl-C is raised again. RunDashboard last: it reads what the others logged.
-    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch(), RunDashboard(run_hparams(cfg, *hydra_context()))]
+    callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch(), dashboard]
     check_knob_owners(callbacks, algo)
     check_controllers_and_algo(callbacks, algo)
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,

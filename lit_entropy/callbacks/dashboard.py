@@ -5,7 +5,8 @@ the entropy story.
 every config group (``algo``, ``callbacks/entropy``, ``model``, ``data``, ``precision``, …), the keys one sweeps
 (:data:`SWEPT_KEYS`: seed, learning rate, clip range, temperature, batch shape, …), the controller's own settings,
 and every scalar key given on the command line (so the axis of a Hydra multirun or a study is always there) — not
-the whole resolved tree, which is in ``.hydra/config.yaml``. Its metrics are the headline tags
+the whole resolved tree, which is in ``.hydra/config.yaml``; the keys a multirun sweeps (or, outside one, the
+command line's) are marked as differing, so TensorBoard shows them first (:func:`varied_keys`). Its metrics are the headline tags
 (:func:`headline_tags`): ``rollout/accuracy`` and ``rollout/entropy`` (their last values), ``summary/accuracy_best``
 and ``summary/entropy_min`` (logged by this callback every iteration from its running best and lowest, which live
 in its ``state_dict`` so a resumed run carries them on), and each evaluation split's greedy and sampled pass@k
@@ -115,18 +116,43 @@ def run_hparams(cfg: DictConfig, choices: Mapping[str, Any] | None = None,
     return out
 
 
+def varied_keys(overrides: Sequence[str], sweep: Sequence[str] = ()) -> list[str]:
+    """The hyperparameters that tell this run from its neighbours, shown first in the HParams table: in a Hydra
+    multirun the keys the sweep varies (``sweep``: its overrides, e.g. ``callbacks/entropy=none,adapo``), otherwise
+    every key given on the command line (a study's runs differ in theirs)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    if sweep:
+        return [o.key_or_group.lstrip("+~") for o in parser.parse_overrides(list(sweep)) if o.is_sweep_override()]
+    return [item.split("=", 1)[0].lstrip("+~") for item in overrides
+            if "=" in item and not item.lstrip("+~").startswith("hydra")]
+
+
 def headline_tags(eval_tags: Sequence[str] = ()) -> list[str]:
     """The HParams metrics: the last and best accuracy, the last and lowest entropy, and ``eval_tags``."""
     return ["rollout/accuracy", "summary/accuracy_best", "rollout/entropy", "summary/entropy_min", *eval_tags]
 
 
-def write_hparams(writer: Any, hparams: Mapping[str, Scalar], metrics: Sequence[str]) -> None:
+def write_hparams(writer: Any, hparams: Mapping[str, Scalar], metrics: Sequence[str],
+                  varied: Sequence[str] = ()) -> None:
     """The HParams plugin's three summaries (experiment, session start, session end) into ``writer`` (a
-    ``SummaryWriter``), declaring ``metrics`` without writing a value for them."""
+    ``SummaryWriter``), declaring ``metrics`` without writing a value for them.
+
+    The ``varied`` hyperparameters are marked as differing between runs: TensorBoard lists those first (then the
+    rest by name) and shows the first five as columns, so a sweep's axis is in view without ticking boxes.
+    """
+    from tensorboard.plugins.hparams import plugin_data_pb2
     from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
+    experiment, *session = hparams_summaries(dict(hparams), dict.fromkeys(metrics, 0.0))
+    value = experiment.value[0]
+    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+    for info in data.experiment.hparam_infos:
+        info.differs = info.name in varied
+    value.metadata.plugin_data.content = data.SerializeToString()
     file_writer = writer._get_file_writer()
-    for summary in hparams_summaries(dict(hparams), dict.fromkeys(metrics, 0.0)):
+    for summary in (experiment, *session):
         file_writer.add_summary(summary)
     writer.flush()
 
@@ -141,8 +167,9 @@ class RunDashboard(pl.Callback):
 
     knobs: tuple[str, ...] = ()
 
-    def __init__(self, hparams: Mapping[str, Scalar]) -> None:
+    def __init__(self, hparams: Mapping[str, Scalar], varied: Sequence[str] = ()) -> None:
         self.hparams = dict(hparams)
+        self.varied = list(varied)
         self.best: dict[str, float] = {}
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -151,7 +178,7 @@ class RunDashboard(pl.Callback):
             return
         metrics = headline_tags(self.eval_tags(trainer))
         for writer in writers:
-            write_hparams(writer, self.hparams, metrics)
+            write_hparams(writer, self.hparams, metrics, self.varied)
             writer.add_custom_scalars(LAYOUT)
             writer.flush()
 

@@ -18,7 +18,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from lit_entropy.callbacks.dashboard import KNOB_TAGS, LAYOUT, headline_tags, run_hparams
+from lit_entropy.callbacks.dashboard import (
+    KNOB_TAGS,
+    LAYOUT,
+    headline_tags,
+    run_hparams,
+    varied_keys,
+    write_hparams,
+)
 from lit_entropy.callbacks.evaluation import PeriodicEvalCallback
 from tests.helpers import compose_train
 
@@ -46,6 +53,25 @@ def test_without_hydra_the_algo_and_controller_come_from_the_config():
     assert hp["algo"] == "dapo" and hp["callbacks/entropy"] == "none"
     hp = run_hparams(compose_train(["callbacks/entropy=adapo"]))
     assert hp["callbacks/entropy"] == "ADAPOCallback"
+
+
+def test_a_sweeps_axis_is_marked_as_differing_so_tensorboard_shows_it_first(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    sweep = ["debug=smoke", "callbacks/entropy=entrocraft_hard,adapo", "optim.lr=1e-4", "seed=range(3)"]
+    assert varied_keys(["debug=smoke", "callbacks/entropy=adapo", "optim.lr=1e-4", "seed=1"], sweep) == [
+        "callbacks/entropy", "seed"]
+    assert varied_keys(["algo=dapo", "+x.y=2", "hydra.run.dir=d"]) == ["algo", "x.y"]  # outside a multirun
+    writer = SummaryWriter(str(tmp_path))
+    write_hparams(writer, {"algo": "grpo", "callbacks/entropy": "adapo", "seed": 1}, ["rollout/accuracy"],
+                  ["callbacks/entropy", "seed"])
+    writer.close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    events.Reload()
+    content = events.SummaryMetadata("_hparams_/experiment").plugin_data.content
+    infos = plugin_data_pb2.HParamsPluginData.FromString(content).experiment.hparam_infos
+    assert {i.name: i.differs for i in infos} == {"algo": False, "callbacks/entropy": True, "seed": True}
+    assert "rollout/accuracy" not in events.Tags()["scalars"]  # declared, no value written
 
 
 def _chart(title: str) -> list[str]:
