@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -118,7 +119,8 @@ def test_a_sharded_folder_holds_dcp_metadata_only(tmp_path):
     import torch.distributed.checkpoint as dcp
 
     folder = tmp_path / "sharded.ckpt"
-    with pytest.warns(UserWarning):  # DCP without a process group says it saves as one rank
+    with warnings.catch_warnings():  # DCP without a process group may say that it saves as one rank
+        warnings.simplefilter("ignore")
         dcp.save({"model": {"w": torch.randn(3, 4, dtype=torch.bfloat16), "b": torch.randn(2)},
                   "optimizer": {"state": {0: {"step": torch.tensor(1.0)}}}}, checkpoint_id=str(folder))
     check_sharded_metadata(folder)

@@ -54,6 +54,29 @@ def test_compiled_logprobs_entropy_and_gradients_match_the_formulas(dtype, tempe
         assert (got_in.grad[dropped] == 0).all()
 
 
+@pytest.mark.parametrize("vocab", [96, 32000, 49152, 151936])
+@pytest.mark.parametrize("kernels", ["compiled", "eager_kernel"])
+def test_log_probs_and_entropy_are_within_1e_5_of_fp64(vocab, kernels):
+    """The conformance suite's vocabulary, Llama's, SmolLM2's and Qwen's, at a flat (H near log V), a middling and a
+    peaked scale of the logits, truncated too; against log_softmax and -Σ p log p in fp64. ``eager_kernel``: the
+    same kernel run without compiling (what a failed compile falls back to)."""
+    g = torch.Generator().manual_seed(vocab)
+    for scale in (0.05, 1.0, 4.0):
+        logits = torch.randn(2, 64, vocab, generator=g) * scale
+        logits[1, :, : vocab // 2] = float("-inf")  # the sampler's truncation on one row
+        targets = torch.randint(vocab // 2, vocab, (2, 64), generator=g)
+        if kernels == "compiled":
+            logp, ent = token_logprobs_and_entropy(logits, targets, 0.7, chunk_size=64, kernels="compiled")
+        else:
+            lse, ent = vocab_kernels.lse_entropy(logits.reshape(-1, vocab), 0.7)
+            logp = vocab_kernels.target_logprobs(logits.reshape(-1, vocab), targets.reshape(-1), lse, 0.7)
+        log_probs = torch.log_softmax(logits.double() / 0.7, -1)
+        ref_logp = log_probs.gather(-1, targets[..., None]).squeeze(-1)
+        ref_ent = -torch.where(log_probs > -torch.inf, log_probs.exp() * log_probs, 0.0).sum(-1)
+        assert (logp.double().reshape(2, 64) - ref_logp).abs().max() < 1e-5, (scale, "log p")
+        assert (ent.double().reshape(2, 64) - ref_ent).abs().max() < 1e-5, (scale, "entropy")
+
+
 def test_the_gradient_without_entropy_is_that_of_the_log_probs_alone():
     logits, targets = logits_and_targets(torch.float32)
     a = logits.clone().requires_grad_()
