@@ -248,10 +248,14 @@ class _MetadataUnpickler(pickle.Unpickler):
         import importlib
 
         allowed = (module, name) in _DCP_EXTRA
-        if not allowed and (module == "torch" or module.startswith("torch.distributed.checkpoint")):
-            obj = getattr(importlib.import_module(module), name, None)
+        dcp = module == "torch.distributed.checkpoint" or module.startswith("torch.distributed.checkpoint.")
+        if not allowed and (module == "torch" or dcp):
+            try:
+                obj = getattr(importlib.import_module(module), name, None)
+            except ImportError:
+                obj = None
             allowed = (isinstance(obj, torch.dtype | torch.layout | torch.memory_format)
-                       or (isinstance(obj, type) and module != "torch"
+                       or (isinstance(obj, type) and dcp
                            and (dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum))))
         if not allowed:
             raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
