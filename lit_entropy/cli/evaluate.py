@@ -16,8 +16,12 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_engine_defaults(args)
     quiet_third_party(verbose=any(a.lower() == "verbose=true" for a in args))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from lit_entropy.cli import config_dir
+    from lit_entropy.cli.overrides import check
     from lit_entropy.evaluation_run import main as evaluate_main
 
+    if not {"-h", "--help", "--cfg", "-c"} & set(args):
+        check(args, config_dir(), "evaluate")  # an unknown key or option, named with its fix
     return evaluate_main(args)
 
 

@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
             print(FIT_FINISHED, flush=True)
         return metrics.get("rollout/accuracy")
 
+    from lit_entropy.cli.overrides import check
+
+    check(args, config_dir(), "train")  # an unknown key or option, named with its fix before Hydra's advice
     sys.argv[1:] = args  # Hydra reads its overrides and flags from sys.argv
     hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")(task)()
 
