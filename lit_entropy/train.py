@@ -126,6 +126,28 @@ def check_batch_and_algo(batch: BatchConfig, algo: Any) -> None:
                          "baseline and learns from them: pick one")
 
 
+def explain_target_error(err: Exception) -> Exception:
+    """Hydra's "Error locating target 'pkg.Name'" (a ``_target_`` whose module does not import), with what the
+    import said and how to make a module of one's own importable; any other error unchanged."""
+    import re
+
+    found = re.search(r"Error locating target '([^']+)'", str(err))
+    if not found:
+        return err
+    target = found.group(1)
+    key = re.search(r"full_key: (\S+)", str(err))
+    cause = err.__cause__
+    while cause is not None and (cause.__cause__ or cause.__context__) is not None:  # the root of the chain
+        cause = cause.__cause__ or cause.__context__
+    why = f"{type(cause).__name__}: {str(cause).splitlines()[0]}" if cause is not None else "it does not import"
+    module = target.rsplit(".", 1)[0]
+    return ImportError(
+        f"{key.group(1) + '._target_' if key else '_target_'}={target}: cannot import it ({why}). A module of your "
+        f"own must be importable from where the run starts: put the folder that holds {module.split('.')[0]}.py (or "
+        f"its package folder) on the path, e.g. PYTHONPATH=/path/to/that/folder lit-entropy-train ..., or install it "
+        f"(pip install -e); the reward workers import it the same way (docs/custom_task.md)")
+
+
 def hydra_context() -> tuple[dict[str, Any], list[str], list[str]]:
     """Hydra's group choices, the command line's overrides of this run, and, in a multirun, the overrides of the
     whole sweep (from its ``multirun.yaml``, where a swept key still has all its values); empty for a config
@@ -219,8 +241,14 @@ def fit(cfg: DictConfig, engine: Any = None) -> Fitted:
     trust = bool(cfg.get("trust_checkpoint", False))
     special = ckpt_path in ("last", "hpc", "registry")  # Lightning resolves these names itself
     resume = check_resumable(ckpt_path, trust=trust) if ckpt_path and not special else {}
-    trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume.get("step"),
-                                        resume_iteration=resume.get("iteration"))
+    try:
+        trainer, module, datamodule = build(cfg, engine=engine, resume_step=resume.get("step"),
+                                            resume_iteration=resume.get("iteration"))
+    except Exception as err:
+        explained = explain_target_error(err)
+        if explained is err:
+            raise
+        raise explained from err
     try:  # weights-only, whatever torch's default: a checkpoint cannot run code (lit_entropy/checkpointing.py)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=not trust)
     finally:

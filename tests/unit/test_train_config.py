@@ -180,3 +180,12 @@ def test_values_are_checked_with_their_config_keys():
         VLLMEngine.validate(kv_cache_gib=-1)
     with pytest.raises(ValueError, match="rollout.engine.dtype"):
         VLLMEngine.validate(dtype="float8")
+
+
+def test_a_target_that_does_not_import_names_its_key_module_and_the_path_fix():
+    from lit_entropy.train import fit
+
+    cfg = compose_train(["debug=smoke", "data.prompts._target_=no_such_task_module.MyPrompts", *OUT])
+    with pytest.raises(ImportError, match="data.prompts._target_=no_such_task_module.MyPrompts") as err:
+        fit(cfg)
+    assert "No module named 'no_such_task_module'" in str(err.value) and "PYTHONPATH" in str(err.value)
