@@ -7,10 +7,12 @@ steps per iteration line up; per-step metrics (``train/*``) against the optimize
 wrote everything at the optimizer step, and its per-iteration values are placed through the logged ``epoch``
 (the value written at the end of epoch e is iteration e + 1), so old and new runs line up in one figure.
 
-The table holds, per run and metric, the final value and the best (the maximum, or the minimum for metrics
-whose name contains "loss" or "error"), computed on the raw, unsmoothed values. The ``rollout/entropy`` panel also shows what an
-entropy controller aimed at: its band (``control/band_low``..``control/band_high``) shaded, or its
-target (``control/target_entropy``) dashed, in the run's colour.
+The table holds, per run and metric, the final value and, where a metric has a direction (:func:`direction`:
+higher is better for accuracy, reward, pass@k and mean@k, lower for losses and errors), the best, computed on the
+raw, unsmoothed values; entropy, lengths and the rest have no best, only their final value. The ``rollout/entropy``
+panel also shows what an entropy controller aimed at: its band (``control/band_low``..``control/band_high``) shaded,
+or its target (``control/target_entropy``) dashed, in the run's colour, each with its own legend entry. The x axes
+have integer ticks; every run's line carries its own marker shape, so runs that coincide stay visible.
 """
 
 from __future__ import annotations
@@ -21,20 +23,32 @@ from pathlib import Path
 from lit_entropy.analysis.runs import read_scalars, run_labels
 from lit_entropy.log_steps import ITERATION, on_optimizer_step
 
-DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/response_len_mean"
+DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/reward_mean,rollout/response_len_mean"
 ENTROPY = "rollout/entropy"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+HIGHER = ("accuracy", "reward", "pass@", "mean@", "distinct_correct")
+
+
+def direction(metric: str) -> str | None:
+    """``"min"`` for losses and errors, ``"max"`` for accuracy, reward, pass@k and mean@k, ``None`` for a metric
+    whose extreme is no achievement (entropy, lengths, times, knobs)."""
+    name = metric.lower()
+    if "loss" in name or "error" in name:
+        return "min"
+    return "max" if any(h in name for h in HIGHER) else None
 
 
 def lower_is_better(metric: str) -> bool:
-    name = metric.lower()
-    return "loss" in name or "error" in name
+    return direction(metric) == "min"
 
 
 def best(metric: str, values: list[float]) -> float:
+    """The best finite value of ``metric`` (:func:`direction`); NaN where it has no direction or no value."""
     finite = [v for v in values if math.isfinite(v)]
-    if not finite:
+    kind = direction(metric)
+    if not finite or kind is None:
         return math.nan
-    return min(finite) if lower_is_better(metric) else max(finite)
+    return min(finite) if kind == "min" else max(finite)
 
 
 def against_iteration(points: list[tuple[int, float]], epoch_of: dict[int, float],
@@ -80,9 +94,10 @@ def moving_average(values: list[float], n: int) -> list[float]:
     return out
 
 
-def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: str) -> str | None:
-    """The band (shaded) or the target (dashed) a controller logged, against the iteration when it can;
-    returns which one was drawn ("band", "target" or None)."""
+def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: str,
+                        label: str | None = None) -> tuple[str, object] | None:
+    """The band (shaded) or the target (dashed) a controller logged, against the iteration when it can; returns
+    which one was drawn ("band" or "target") and its artist (labelled ``label``'s band or target), or None."""
 
     def xy(tag: str) -> tuple[list[float], list[float]]:
         points = scalars.get(tag, [])
@@ -91,12 +106,14 @@ def draw_controller_aim(ax, scalars: dict, epoch_of: dict[int, float], color: st
 
     low, high = xy("control/band_low"), xy("control/band_high")
     if low[0] and low[0] == high[0]:
-        ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, lw=0)
-        return "band"
+        artist = ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, lw=0,
+                                 label=f"{label}: band" if label else None)
+        return "band", artist
     target = xy("control/target_entropy")
     if target[0]:
-        ax.plot(target[0], target[1], color=color, lw=1.0, ls="--", alpha=0.8)
-        return "target"
+        lines = ax.plot(target[0], target[1], color=color, lw=1.0, ls="--", alpha=0.8,
+                        label=f"{label}: target" if label else None)
+        return "target", lines[0] if lines else None
     return None
 
 
@@ -107,13 +124,18 @@ def fmt(v: float | None) -> str:
 
 
 def table(runs: list[Path], labels: dict[Path, str], data: dict[Path, dict], metrics: list[str]) -> str:
-    head = ["run", "folder"] + [f"{m} {kind}" for m in metrics for kind in ("final", "best")]
+    """One row per run: the final value of each metric, and its best where it has a direction."""
+    def kinds(m: str) -> tuple[str, ...]:
+        return ("final", "best") if direction(m) else ("final",)
+
+    head = ["run", "folder"] + [f"{m} {kind}" for m in metrics for kind in kinds(m)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs:
         cells = [labels[run].replace("|", "\\|"), run.name]
         for m in metrics:
             vals = [v for _, v in data[run].get(m, [])]
-            cells += [fmt(vals[-1]), fmt(best(m, vals))] if vals else ["—", "—"]
+            row = [fmt(vals[-1]), fmt(best(m, vals))] if vals else ["—", "—"]
+            cells += row[: len(kinds(m))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -124,6 +146,7 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     ncols = 1 if len(metrics) == 1 else 2
     nrows = math.ceil(len(metrics) / ncols)
@@ -145,22 +168,29 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
             xs, ys = [p[0] for p in xy], [p[1] for p in xy]
             c = colors[i % len(colors)]
             if metric == ENTROPY:
-                aims.add(draw_controller_aim(ax, data[run], epoch_of, c))
+                aim = draw_controller_aim(ax, data[run], epoch_of, c, labels[run])
+                aims.add(aim[0] if aim else None)
+                if aim:
+                    handles.setdefault(f"{labels[run]}: {aim[0]}", aim[1])
             if smooth > 1:
                 ax.plot(xs, ys, color=c, alpha=0.25, lw=0.8)
                 ys = moving_average(ys, smooth)
-            (line,) = ax.plot(xs, ys, color=c, lw=1.5)
+            # a marker shape per run (at most ~20 on a line), so runs that coincide stay visible
+            (line,) = ax.plot(xs, ys, color=c, lw=1.5, label=labels[run], marker=MARKERS[i % len(MARKERS)],
+                              ms=4.5 - 0.4 * (i % 3), markevery=max(1, len(xs) // 20),
+                              markerfacecolor="none" if i % 2 else c)
             handles.setdefault(labels[run], line)
         aim = {"band": "  (shaded: the controller's band)", "target": "  (dashed: the controller's target)"}
         ax.set_title(metric + ("  (lower is better)" if lower_is_better(metric) else "")
                      + (aim[next(iter(aims))] if len(aims) == 1 and None not in aims else ""), fontsize=10)
         ax.set_xlabel(" / ".join(sorted(x_names)) or "iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations and steps are whole numbers
         ax.grid(alpha=0.3)
         if not x_names:
             ax.text(0.5, 0.5, "not logged by any run", ha="center", va="center", transform=ax.transAxes)
     for k in range(len(metrics), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    if len(handles) > 1:  # one run: its folder name says nothing the title does not
+    if len(handles) > 1:  # one run without a band: its folder name says nothing the title does not
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
                    ncol=1 if len(handles) > 4 or max(map(len, handles)) > 40 else len(handles), fontsize=8)
     title = (title or "Run comparison") + (f" (moving average over {smooth})" if smooth > 1 else "")
@@ -169,16 +199,23 @@ def plot(out: Path, runs: list[Path], labels: dict[Path, str], data: dict[Path, 
     plt.close(fig)
 
 
-TABLE_NOTE = ('final = last logged value; best = max, or min for metrics whose name contains "loss" or '
-              '"error"; raw values (no smoothing).')
+TABLE_NOTE = ('final = last logged value; best = the highest accuracy, reward, pass@k or mean@k, the lowest loss '
+              'or error (other metrics have no best); raw values (no smoothing).')
 
 
 def compare_runs(runs: list[Path], metrics: list[str], smooth: int, out: Path, name: str = "compare",
                  title: str | None = None) -> tuple[str, list[str]]:
-    """Write ``OUT/NAME.png`` and ``OUT/NAME.md`` for ``runs``; return the table and the metrics that no
-    run logged."""
+    """Write ``OUT/NAME.png`` and ``OUT/NAME.md`` for ``runs``; return the table and, for each metric that no
+    run logged, a warning naming the nearest tags the runs did log."""
+    import difflib
+
     data = {run: read_scalars(run) for run in runs}
-    missing = [m for m in metrics if not any(m in data[run] for run in runs)]
+    logged = sorted({tag for run in runs for tag in data[run]})
+    missing = []
+    for m in metrics:
+        if not any(m in data[run] for run in runs):
+            close = difflib.get_close_matches(m, logged, n=3, cutoff=0.6)
+            missing.append(f"no run logged {m!r}" + (f"; did you mean {' or '.join(close)}?" if close else ""))
     labels = run_labels(runs)
     out.mkdir(parents=True, exist_ok=True)
     plot(out / f"{name}.png", runs, labels, data, metrics, smooth, title)

@@ -127,15 +127,56 @@ def hydra_overrides(run_dir: str | Path) -> list[str]:
     return [str(x) for x in data] if isinstance(data, list) else []
 
 
+def run_settings(run_dir: str | Path) -> dict[str, object]:
+    """The settings a run is compared by: its HParams hyperparameters (group choices, the swept keys, its
+    command-line keys; :func:`lit_entropy.callbacks.dashboard.run_hparams`) from ``.hydra/config.yaml`` and the
+    choices in ``.hydra/hydra.yaml``, without ``task_name``; ``{}`` without them."""
+    from omegaconf import OmegaConf
+
+    hydra_dir = Path(run_dir) / ".hydra"
+    if not (hydra_dir / "config.yaml").is_file():
+        return {}
+    from lit_entropy.callbacks.dashboard import run_hparams
+
+    cfg = OmegaConf.load(hydra_dir / "config.yaml")
+    choices = {}
+    if (hydra_dir / "hydra.yaml").is_file():
+        found = OmegaConf.select(OmegaConf.load(hydra_dir / "hydra.yaml"), "hydra.runtime.choices", default=None)
+        choices = dict(found) if found is not None else {}
+    settings = run_hparams(cfg, choices, hydra_overrides(run_dir))
+    settings.pop("task_name", None)
+    return settings
+
+
+def differing_settings(runs: list[Path]) -> dict[Path, str]:
+    """``key=value`` of up to four settings that differ between ``runs`` (group choices first; a controller's own
+    settings only where the runs share the controller), per run; ``{}`` when a run has no ``.hydra/`` or none
+    differ."""
+    settings = {r: run_settings(r) for r in runs}
+    if len(runs) < 2 or not all(settings.values()):
+        return {}
+    keys = list(dict.fromkeys(k for r in runs for k in settings[r]))
+    differ = [k for k in keys if len({repr(settings[r].get(k)) for r in runs}) > 1]
+    if "callbacks/entropy" in differ:
+        differ = [k for k in differ if not k.startswith("controller.")]
+    differ = sorted(differ, key=lambda k: ("/" not in k and k not in ("algo", "seed"), keys.index(k)))[:4]
+    if not differ:
+        return {}
+    return {r: " ".join(f"{k}={settings[r].get(k, '—')}" for k in differ) for r in runs}
+
+
 def run_labels(runs: list[Path]) -> dict[Path, str]:
-    """A short label per run: its Hydra overrides minus those every run shares, else the folder name.
+    """A short label per run: the settings that differ between the runs (:func:`differing_settings`), else its
+    Hydra overrides minus those every run shares, else the folder name.
 
     Labels that would still collide get the folder name appended.
     """
+    labels: dict[Path, str] = differing_settings(runs)
     overrides = {r: hydra_overrides(r) for r in runs}
     shared = set.intersection(*(set(o) for o in overrides.values())) if len(runs) > 1 else set()
-    labels: dict[Path, str] = {}
     for r in runs:
+        if r in labels:
+            continue
         own = [o for o in overrides[r] if o not in shared]
         labels[r] = " ".join(own) if own else r.name
     counts: dict[str, int] = {}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from lit_entropy.analysis.runs import find_runs, read_scalars, run_labels
 
@@ -114,10 +115,14 @@ def test_compare_script(runs, tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 2
     assert "callbacks/entropy=none" in rows[0] and "callbacks/entropy=adapo" in rows[1]
-    # run 0: entropy 0.9 → 0.35 over 12 iterations; best = max; train/loss best = min = last
+    # run 0: entropy 0.9 → 0.35 over 12 iterations (final only: no best); accuracy best = max; train/loss best = min
+    head = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
+    assert head[2:] == ["rollout/entropy final", "rollout/accuracy final", "rollout/accuracy best",
+                        "train/loss final", "train/loss best"]
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert float(cells[2]) == pytest.approx(0.35, abs=1e-3) and float(cells[3]) == pytest.approx(0.9, abs=1e-3)
-    assert float(cells[6]) == pytest.approx(1 / 24, rel=1e-3) and float(cells[7]) == pytest.approx(1 / 24, rel=1e-3)
+    assert float(cells[2]) == pytest.approx(0.35, abs=1e-3)
+    assert float(cells[4]) == pytest.approx(-A * math.exp(0.35) + B, abs=1e-3)  # the last iteration's, the highest
+    assert float(cells[5]) == pytest.approx(1 / 24, rel=1e-3) and float(cells[6]) == pytest.approx(1 / 24, rel=1e-3)
     assert md.splitlines()[0] in proc.stdout
 
 
@@ -170,6 +175,8 @@ def test_compare_helpers_pick_best_smooth_and_reindex_by_iteration():
 
     assert best("train/loss", [3.0, 1.0, math.nan]) == 1.0 and best("rollout/accuracy", [0.1, 0.4]) == 0.4
     assert math.isnan(best("rollout/accuracy", [math.nan]))
+    assert math.isnan(best("rollout/entropy", [0.5, 0.9])) and math.isnan(best("rollout/response_len_mean", [3.0]))
+    assert best("eval/held_out/sampled/pass@8", [0.2, 0.5]) == 0.5 and best("control/band_error", [0.2, 0.1]) == 0.1
     assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
     # A run logged before the `iteration` marker: a value written in epoch e is iteration e + 1.
     assert against_iteration([(1, 5.0), (3, 6.0)], {1: 0, 3: 1}) == [(1, 5.0), (2, 6.0)]
@@ -178,3 +185,60 @@ def test_compare_helpers_pick_best_smooth_and_reindex_by_iteration():
     epochs = {0: 0, 1: 0, 2: 1, 3: 1}
     assert against_iteration([(0, 0.2), (3, 0.4)], epochs, at_start=True) == [(0, 0.2), (2, 0.4)]
     assert against_iteration([(0, 0.2), (3, 0.4)], epochs) == [(1, 0.2), (2, 0.4)]
+
+
+def hydra_run(path: Path, task_name: str, controller: str, seed: int) -> Path:
+    """A run folder as Hydra writes it: the composed config, its choices and overrides that name the task only."""
+    from tests.helpers import compose_train
+
+    fake_run(path, [f"task_name={task_name}"], h0=0.9, iters=3)
+    cfg = compose_train([f"callbacks/entropy={controller}", f"seed={seed}", f"task_name={task_name}"])
+    (path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    choices = {"algo": "grpo", "callbacks/entropy": controller, "hydra/launcher": "basic", "paths": "default"}
+    (path / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml({"hydra": {"runtime": {"choices": choices}}}))
+    return path
+
+
+def test_runs_are_labelled_by_the_settings_that_differ_not_their_task_name(tmp_path):
+    a = hydra_run(tmp_path / "a", "mine_a", "none", 0)
+    b = hydra_run(tmp_path / "b", "mine_b", "adapo", 0)
+    assert run_labels([a, b]) == {a: "callbacks/entropy=none", b: "callbacks/entropy=adapo"}
+    c = hydra_run(tmp_path / "c", "mine_c", "none", 1)
+    assert run_labels([a, c]) == {a: "seed=0", c: "seed=1"}
+
+
+def test_the_figure_reads_integer_ticks_markers_and_a_labelled_band(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from lit_entropy.analysis.compare import compare_runs
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    runs = []
+    for name, controller in (("a", "none"), ("b", "entrocraft_hard")):
+        run = hydra_run(tmp_path / name, "t", controller, 0)
+        if controller != "none":
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(log_dir=str(run / "tensorboard" / "band"))
+            for it in range(3):
+                writer.add_scalar("control/band_low", 0.4, it * 2 + 1)
+                writer.add_scalar("control/band_high", 0.6, it * 2 + 1)
+                writer.add_scalar("epoch", it, it * 2 + 1)
+            writer.close()
+        runs.append(run)
+    _, missing = compare_runs(runs, ["rollout/entropy", "rollout/acuracy"], 1, tmp_path / "out")
+    assert len(missing) == 1 and missing[0].startswith("no run logged 'rollout/acuracy'; did you mean rollout/accuracy")
+    (fig,) = figures
+    ax = fig.axes[0]
+    assert isinstance(ax.xaxis.get_major_locator(), MaxNLocator) and ax.xaxis.get_major_locator()._integer
+    markers = [line.get_marker() for line in ax.get_lines() if line.get_label().startswith("callbacks")]
+    assert len(markers) == 2 and len(set(markers)) == 2  # each run its own shape
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "callbacks/entropy=entrocraft_hard: band" in legend, legend
+
+
+def test_the_compare_help_is_whole():
+    proc = script("compare.py", "--help")
+    assert "Runs are labelled by what differs" in proc.stdout and "nearest tags" in proc.stdout
