@@ -69,7 +69,6 @@ def check(args: Sequence[str], config_dir: Path, config_name: str) -> None:
     overrides and flags); return when every one it can judge exists."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
     items = [a for a in args if _plain(a)]
     if not items or any(a.lstrip("+~").startswith("hydra.searchpath") for a in items):
@@ -98,10 +97,23 @@ def check(args: Sequence[str], config_dir: Path, config_name: str) -> None:
             cfg = compose(config_name=config_name, overrides=groups)
     except Exception:
         return
-    missing = object()
     for item, key in keys:
-        if OmegaConf.select(cfg, key, default=missing, throw_on_missing=False) is missing:
+        if not has_key(cfg, key):
             raise OverrideError(unknown_key_message(cfg, key, item))
+
+
+def has_key(cfg: Any, key: str) -> bool:
+    """Whether the dotted ``key`` is in ``cfg``, a mandatory value (``???``, such as ``data.prompts.path`` of
+    ``data=jsonl``) included."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None, throw_on_missing=False) if parent else cfg
+    if isinstance(node, DictConfig):
+        return name in node.keys()
+    if isinstance(node, ListConfig):
+        return name.isdigit() and int(name) < len(node)
+    return False
 
 
 def _check_option(config_dir: Path, group: str, value: Any) -> None:

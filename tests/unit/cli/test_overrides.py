@@ -50,6 +50,7 @@ def test_valid_overrides_pass_through_to_hydra():
     check(["-m", "debug=smoke", "algo=dapo,grpo", "algo.eps_high=0.3", "+algo.loss_args.tau=1", "~callbacks.progress",
            "hydra.run.dir=x", "model=hf", "model.name_or_path=some/dir", "experiment=real_lm", "seed=1,2",
            "callbacks/entropy=null", "--cfg", "job"], CONF, "train")
+    check(["data=jsonl", "data.prompts.path=q.jsonl"], CONF, "train")  # a mandatory value (???) is a key too
     check(["ckpt_path=x.ckpt", "eval.n=4", "data=math500"], CONF, "evaluate")
     with pytest.raises(OverrideError, match="eval.n"):
         check(["eval.nn=4"], CONF, "evaluate")
