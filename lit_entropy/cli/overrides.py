@@ -85,9 +85,10 @@ def check(args: Sequence[str], config_dir: Path, config_name: str) -> None:
             continue
         if (config_dir / name).is_dir():
             values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
-            for value in values:
-                _check_option(config_dir, name, value)
-            groups.append(f"{name}={values[0]}")
+            for value in values:  # a list of options (logger=[tensorboard,csv]) checks each
+                for option in value if isinstance(value, list) else [value]:
+                    _check_option(config_dir, name, option)
+            groups.append(item if not override.is_sweep_override() else f"{name}={values[0]}")
         else:
             keys.append((item, name))
     if not keys:

@@ -51,6 +51,9 @@ def test_valid_overrides_pass_through_to_hydra():
            "hydra.run.dir=x", "model=hf", "model.name_or_path=some/dir", "experiment=real_lm", "seed=1,2",
            "callbacks/entropy=null", "--cfg", "job"], CONF, "train")
     check(["data=jsonl", "data.prompts.path=q.jsonl"], CONF, "train")  # a mandatory value (???) is a key too
+    check(["logger=[tensorboard,csv]", "logger.csv.name=x"], CONF, "train")  # a list of options
+    check(["logger=[]"], CONF, "train")
+    assert "logger=wandb" in refused("logger=[tensorboard,wandbb]")
     check(["ckpt_path=x.ckpt", "eval.n=4", "data=math500"], CONF, "evaluate")
     with pytest.raises(OverrideError, match="eval.n"):
         check(["eval.nn=4"], CONF, "evaluate")
