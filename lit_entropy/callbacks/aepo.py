@@ -20,10 +20,27 @@ REINFORCE_ROWS = 60 / 2560
 """The paper's code: 60 REINFORCE rows in a batch of 512 prompts × 5 samples."""
 
 
-def aepo_choice(entropy: float, target: float, t_high: float, t_low: float, rows: int) -> tuple[float, int]:
-    """AEPO's switch: the temperature of the extra draw and how many of its rows may enter the batch. Entropy at
-    or under the target: the high temperature and all ``rows``; above it: the low one and half of them."""
-    return (t_high, rows) if entropy <= target else (t_low, rows // 2)
+AUTHORS_CODE = "github.com/597358816/AEPO, verl/trainer/ray_trainer.py"
+"""Where the counts below are transcribed from (the ``AEPO`` branch of the training loop, lines 784-812)."""
+
+
+def aepo_temperature(entropy: float, target: float, t_high: float, t_low: float) -> float:
+    """AEPO's switch: ``t_high`` at or under the target, ``t_low`` above it (the code's lines 787-790)."""
+    return t_high if entropy <= target else t_low
+
+
+def aepo_rows(eligible: int, rows: int, above: bool) -> int:
+    """How many of the eligible samples replace rows: ``min(rows, eligible)``, halved (floor) when the entropy is
+    above the target. The code's lines 804-807 (``min(reinforce_sample_num, len(selected)) // 2``): the halving
+    comes after the cap, so 3 eligible of 60 allowed give 1 row above the target, and a single eligible one none."""
+    n = min(rows, eligible)
+    return n // 2 if above else n
+
+
+def aepo_prompts(prompt_frac: float, prompts: int) -> int:
+    """How many of the iteration's first prompts are drawn again: ``⌊prompt_frac·P⌋`` (the code's line 791,
+    ``gen_batch[:len(gen_batch) // 4]``, at ``prompt_frac`` = ¼); a 1e-9 tolerance so that e.g. 0.3·10 counts 3."""
+    return math.floor(prompt_frac * prompts + 1e-9)
 
 
 def eligible_rows(rewards: torch.Tensor, group_size: int, threshold: float) -> torch.Tensor:
@@ -36,30 +53,37 @@ class AEPOCallback(EntropyController):
     """AEPO (Wang et al. 2025, "Arbitrary Entropy Policy Optimization", arXiv 2510.08141; code
     github.com/597358816/AEPO): the entropy bonus replaced by REINFORCE on samples from a temperature-adjusted policy.
 
-    Law, once per RL iteration, with H = ``rollout/entropy`` of this batch (pre-update) and H* the target:
+    Law, once per RL iteration, with H = ``rollout/entropy`` of this batch (pre-update) and H* the target
+    (transcribed from the authors' code, :data:`AUTHORS_CODE`, lines 784-812):
 
-    1. ``T′ = t_high`` (1.2) and ``n = rows`` if ``H ≤ H*``, else ``T′ = t_low`` (0.8) and ``n = rows // 2``,
-       where ``rows = max(1, round(rows_frac·B))`` (the code's 60 of 2,560);
-    2. G more completions are drawn at temperature T′ for the first ``prompt_frac`` (¼) of this iteration's
-       prompts and scored (:meth:`~lit_entropy.data.rollout_datamodule.RolloutDataModule.sample_extra`);
-    3. the first ``n`` of them whose GRPO advantage within their own group exceeds ``threshold`` (0.05: better than
-       the group) go through the pre-update pass (log-probs at the training temperature, not T′) and replace the
-       batch's first ``n`` rows, with advantage +1 on every token, the sampler's log-probs set to the trainer's
-       (they are taken as on-policy, as the paper's code does: no importance weight for T′) and no correction weight.
+    1. ``T′ = t_high`` (1.2) if ``H ≤ H*``, else ``T′ = t_low`` (0.8) (:func:`aepo_temperature`);
+    2. G more completions are drawn at temperature T′ for the first ``⌊prompt_frac·P⌋`` (¼) of this iteration's
+       P prompts (:func:`aepo_prompts`) and scored
+       (:meth:`~lit_entropy.data.rollout_datamodule.RolloutDataModule.sample_extra`);
+    3. those whose GRPO advantage within their own group exceeds ``threshold`` (0.05: better than the group) are
+       eligible; ``n = min(rows, eligible)`` at or under the target, ``min(rows, eligible) // 2`` above it
+       (:func:`aepo_rows`), with ``rows = max(1, round(rows_frac·B))`` (the code's 60 of 2,560); the first ``n``
+       eligible in row order go through the pre-update pass (log-probs at the training temperature, not T′) and
+       replace the batch's first ``n`` rows, with advantage +1 on every token, the sampler's log-probs set to the
+       trainer's (they are taken as on-policy, as the paper's code does: no importance weight for T′) and no
+       correction weight. ``n = 0`` replaces nothing (the code then updates on its batch unchanged).
 
     The update then treats them like every row (the algo's loss, clip and aggregation): the REINFORCE term
     ``∇log π(o)·1`` on samples ``o ~ π^{T′}``, which sharpens the policy at T′ < 1 and flattens it at T′ > 1.
 
-    Deliberate differences from the paper's code: the switch reads this batch's full-vocabulary entropy before the
-    update (the code reads the previous update's sampled-token estimate ``−mean log π``, one step late, and starts
-    from 0, i.e. ``T′ = t_high``); fewer eligible samples than ``n`` replace fewer rows, and none replace none (the
-    code fails there). Refused with ``rollout.max_staleness`` ≥ 1 (the extra draw must come from the current weights).
+    Deliberate differences from the paper's code (docs/design.md §7.4.9): the switch reads this batch's
+    full-vocabulary entropy before the update (the code reads the previous update's sampled-token estimate
+    ``−mean log π``, one step late, and starts from 0, i.e. ``T′ = t_high``); ``rows`` is a fraction of the batch,
+    not the code's fixed count of 60; no eligible sample replaces no row (the code fails there: its selection
+    returns None). Refused at fit start when ``⌊prompt_frac·P⌋ = 0`` (the code would draw an empty batch) and with
+    ``rollout.max_staleness`` ≥ 1 (the extra draw must come from the current weights).
 
     Args:
         target: H* in nats (the code's default 0.5; its README's best 0.75), ``"first"`` or a schedule.
         t_high, t_low: the two temperatures (1.2, 0.8).
-        prompt_frac: the fraction of the iteration's prompts drawn again at T′ (¼).
-        rows_frac: the most rows, as a fraction of the batch, that REINFORCE samples may replace (60/2560).
+        prompt_frac: the fraction of the iteration's prompts drawn again at T′ (¼; rounded down).
+        rows_frac: the most rows, as a fraction of the batch, that REINFORCE samples may replace at or under the
+            target (60/2560); half of ``min(rows, eligible)`` above it.
         threshold: the GRPO advantage a T′ sample must exceed (0.05).
         **common: ``progress``, ``clamp_patience``.
     """
@@ -98,6 +122,11 @@ class AEPOCallback(EntropyController):
         if sampling is not None and sampling.max_staleness > 0:
             raise config_error("", f"AEPO draws its extra rows from the current weights, but rollout.max_staleness="
                                f"{sampling.max_staleness} samples ahead: use rollout.max_staleness=0")
+        prompts = getattr(getattr(data, "batch", None), "prompts_per_iter", None)
+        if prompts is not None and aepo_prompts(self.prompt_frac, prompts) < 1:
+            raise config_error("prompt_frac", f"{self.prompt_frac} of batch.prompts_per_iter={prompts} prompts is "
+                               f"{aepo_prompts(self.prompt_frac, prompts)} (the authors' code takes "
+                               "⌊prompt_frac·P⌋, ⌊P/4⌋): AEPO would draw nothing; raise prompt_frac or the prompts")
 
     def control(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
@@ -105,12 +134,12 @@ class AEPOCallback(EntropyController):
         data = trainer.datamodule
         t0 = time.perf_counter()
         rows = max(1, round(self.rows_frac * batch.batch_size))
-        temperature, limit = aepo_choice(entropy, target, self.t_high, self.t_low, rows)
+        temperature = aepo_temperature(entropy, target, self.t_high, self.t_low)
         times: dict[str, float] = {}
-        extra = data.sample_extra(pl_module.tokenizer, trainer.current_epoch, temperature, self.prompt_frac, "aepo",
-                                  times)
+        extra = data.sample_extra(pl_module.tokenizer, trainer.current_epoch, temperature,
+                                  aepo_prompts(self.prompt_frac, data.batch.prompts_per_iter), "aepo", times)
         eligible = eligible_rows(extra.rewards, extra.group_size, self.threshold)
-        chosen = eligible[:limit]
+        chosen = eligible[: aepo_rows(eligible.numel(), rows, above=entropy > target)]
         if chosen.numel():
             self.replace(pl_module, batch, extra.take(chosen))
         batch.metrics["time/aepo"] = time.perf_counter() - t0  # not in the returned metrics: they go into the state

@@ -16,7 +16,6 @@ too; the module deals each minibatch's micro-batches out to the ranks.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections import defaultdict
@@ -240,14 +239,15 @@ class RolloutDataModule(pl.LightningDataModule):
         metrics["time/score"] = metrics.get("time/score", 0.0) + mine.time_score + time.perf_counter() - t0
         return gens, scores, texts, sum(p[3] for p in parts)
 
-    def sample_extra(self, tok: Any, iteration: int, temperature: float, prompt_frac: float, label: str,
+    def sample_extra(self, tok: Any, iteration: int, temperature: float, n: int, label: str,
                      metrics: dict[str, float]) -> RolloutBatch:
-        """G more completions for each of the first ``⌈prompt_frac·P⌉`` prompts of this iteration's first round,
-        sampled at ``temperature`` from the engine's current weights and scored (AEPO's temperature-adjusted draw;
-        not yet through the pre-update pass). ``label`` names its own sampling seed, so the iteration's batch is
-        unchanged by it; its times go to ``metrics`` (``time/generate``, ``time/score``)."""
+        """G more completions for each of the first ``n`` prompts of this iteration's first round, sampled at
+        ``temperature`` from the engine's current weights and scored (AEPO's temperature-adjusted draw, whose
+        callback decides ``n``; not yet through the pre-update pass). ``label`` names its own sampling seed, so the
+        iteration's batch is unchanged by it; its times go to ``metrics`` (``time/generate``, ``time/score``)."""
         prompts, prompt_ids, _, _, _ = self._round_inputs(tok, iteration, 0)
-        n = max(1, math.ceil(prompt_frac * len(prompts)))
+        if not 1 <= n <= len(prompts):
+            raise ValueError(f"sample_extra: n={n} prompts, but the round has {len(prompts)}")
         prompts, prompt_ids = prompts[:n], prompt_ids[:n]
         first, last = dist.shard_bounds(n)
         seed = random.Random(f"{self.seed}:{label}:{iteration}").randrange(2**30)

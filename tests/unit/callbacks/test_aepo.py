@@ -1,9 +1,11 @@
-"""AEPOCallback (lit_entropy/callbacks/aepo.py): the switch, the eligible rows, the replacement of the batch's rows
-(with a policy whose pre-update pass is a closed form), its config errors. The real draw and update on the lab:
+"""AEPOCallback (lit_entropy/callbacks/aepo.py): the switch, the counts held to a transcription of the authors' code,
+the eligible rows, the replacement of the batch's rows (with a policy whose pre-update pass is a closed form), its
+config errors. The real draw and update on the lab:
 tests/integration/test_controllers.py; its exact resume: tests/integration/test_controller_resume.py."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,16 +14,108 @@ import torch
 import yaml
 from hydra.utils import instantiate
 
-from lit_entropy.callbacks.aepo import REINFORCE_ROWS, AEPOCallback, aepo_choice, eligible_rows
+from lit_entropy.callbacks import aepo
+from lit_entropy.callbacks.aepo import (
+    REINFORCE_ROWS,
+    AEPOCallback,
+    aepo_prompts,
+    aepo_rows,
+    aepo_temperature,
+    eligible_rows,
+)
 from tests.unit.rollout.test_batch import two_batches
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "callbacks" / "entropy" / "aepo.yaml"
 
 
 def test_the_switch():
-    assert aepo_choice(0.4, 0.5, 1.2, 0.8, 6) == (1.2, 6)
-    assert aepo_choice(0.5, 0.5, 1.2, 0.8, 6) == (1.2, 6)  # at the target: the high temperature (the code's <=)
-    assert aepo_choice(0.6, 0.5, 1.2, 0.8, 7) == (0.8, 3)  # above: the low one, half the rows
+    assert aepo_temperature(0.4, 0.5, 1.2, 0.8) == 1.2
+    assert aepo_temperature(0.5, 0.5, 1.2, 0.8) == 1.2  # at the target: the high temperature (the code's <=)
+    assert aepo_temperature(0.6, 0.5, 1.2, 0.8) == 0.8
+
+
+# The authors' rule, transcribed as plain Python from github.com/597358816/AEPO at b353a05,
+# verl/trainer/ray_trainer.py (the `alg == "AEPO"` branch of fit()):
+#   791  gen_batch_bak = gen_batch_bak[:len(gen_batch_bak) // 4]
+#   802  entropy_controller = _select_by_advantage(batch_bak, threshold = 0.05, absolute=False)
+#   804  if entropy <= entropy_base:
+#   805      sample_num = min(self.config.trainer.reinforce_sample_num, len(entropy_controller))
+#   806  elif entropy > entropy_base:
+#   807      sample_num = min(self.config.trainer.reinforce_sample_num, len(entropy_controller)) // 2
+#   808  entropy_batch = DataProto.concat([entropy_controller[:sample_num], batch[sample_num:]])
+def authors_prompts(prompts):
+    return prompts // 4  # line 791: len(gen_batch_bak) is the iteration's number of prompts
+
+
+def authors_sample_num(entropy, entropy_base, reinforce_sample_num, selected):
+    if entropy <= entropy_base:
+        return min(reinforce_sample_num, selected)
+    elif entropy > entropy_base:
+        return min(reinforce_sample_num, selected) // 2
+
+
+def test_the_rows_count_is_the_authors_60_rows_3_eligible():
+    assert authors_sample_num(0.6, 0.5, 60, 3) == 1  # the cap, then the halving: not min(3, 60 // 2) = 3
+    assert aepo_rows(3, 60, above=True) == 1
+    assert aepo_rows(3, 60, above=False) == 3
+    assert aepo_rows(1, 60, above=True) == 0  # a single eligible sample above the target: no row (the code's 1 // 2)
+    assert aepo_rows(100, 60, above=True) == 30
+
+
+def test_the_rows_count_matches_the_authors_rule_over_random_cases():
+    rng = random.Random(0)
+    for _ in range(5000):
+        rows, eligible = rng.randint(1, 200), rng.randint(0, 300)
+        entropy, target = rng.choice([0.3, 0.5, 0.7]), 0.5
+        assert aepo_rows(eligible, rows, above=entropy > target) == authors_sample_num(entropy, target, rows, eligible)
+
+
+def test_the_prompt_count_rounds_down_as_the_authors_code():
+    assert [aepo_prompts(0.25, p) for p in (0, 1, 3, 4, 7, 8, 32, 33, 512)] == [0, 0, 0, 1, 1, 2, 8, 8, 128]
+    for p in range(0, 5000):
+        assert aepo_prompts(0.25, p) == authors_prompts(p)
+    rng = random.Random(1)
+    for _ in range(5000):  # other fractions k/m: ⌊k·P/m⌋ in integers, whatever rounding k/m·P suffers
+        m = rng.randint(1, 20)
+        k, p = rng.randint(1, m), rng.randint(0, 10_000)
+        assert aepo_prompts(k / m, p) == k * p // m, (k, m, p)
+
+
+class FakeData:
+    """A data module whose extra draw records the prompts asked for and returns ``extra`` rows."""
+
+    def __init__(self, prompts, extra_rows):
+        self.batch = SimpleNamespace(prompts_per_iter=prompts)
+        self.extra_rows, self.asked = extra_rows, []
+
+    def sample_extra(self, tok, iteration, temperature, n, label, metrics):
+        self.asked.append((temperature, n))
+        return SimpleNamespace(rewards=torch.zeros(self.extra_rows), group_size=4, batch_size=self.extra_rows,
+                               take=lambda idx: idx)
+
+
+def test_control_replaces_as_many_rows_as_the_authors_code(monkeypatch):
+    """The callback's whole count, end to end, against the transcription: random batch sizes, row fractions,
+    prompts, eligible samples and entropies, the code's 60 rows of 2,560 with 3 eligible among them."""
+    replaced = []
+    monkeypatch.setattr(AEPOCallback, "replace", staticmethod(lambda module, batch, rows: replaced.append(len(rows))))
+    rng = random.Random(2)
+    cases = [(2560, REINFORCE_ROWS, 512, 3, 0.7)]  # the code's setting: 60 rows allowed, 3 eligible, above target
+    cases += [(rng.choice([8, 64, 256, 2560]), rng.choice([REINFORCE_ROWS, 0.09375, 0.25, 1.0]), rng.randint(4, 600),
+               rng.randint(0, 80), rng.choice([0.3, 0.5, 0.7])) for _ in range(300)]
+    for batch_rows, rows_frac, prompts, eligible, entropy in cases:
+        data = FakeData(prompts, extra_rows=4 * max(1, eligible))
+        monkeypatch.setattr(aepo, "eligible_rows", lambda rewards, g, t, k=eligible: torch.arange(k))
+        trainer = SimpleNamespace(datamodule=data, current_epoch=0)
+        batch = SimpleNamespace(batch_size=batch_rows, metrics={})
+        replaced.clear()
+        cb = AEPOCallback(target=0.5, rows_frac=rows_frac)
+        out = cb.control(trainer, SimpleNamespace(tokenizer=None), batch, entropy, 0.5)
+        want = authors_sample_num(entropy, 0.5, max(1, round(rows_frac * batch_rows)), eligible)
+        assert sum(replaced) == want == round(out["control/aepo_rows_frac"] * batch_rows)
+        assert replaced == ([want] if want else [])  # a count of 0 replaces nothing: the batch as sampled
+        assert data.asked == [(1.2 if entropy <= 0.5 else 0.8, authors_prompts(prompts))]
+    assert authors_sample_num(0.7, 0.5, round(REINFORCE_ROWS * 2560), 3) == 1
 
 
 def test_eligible_rows_are_those_better_than_their_group_in_row_order():
@@ -80,3 +174,11 @@ def test_refused_with_an_overlapped_rollout():
         sampling=SimpleNamespace(max_staleness=1))))
     with pytest.raises(ValueError, match="max_staleness=1"):
         AEPOCallback().on_fit_start(trainer, SimpleNamespace())
+
+
+def test_refused_when_the_prompt_share_rounds_to_no_prompt():
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(batch=SimpleNamespace(prompts_per_iter=3)))
+    with pytest.raises(ValueError, match=r"callbacks\.entropy\.prompt_frac: 0.25 of batch.prompts_per_iter=3"):
+        AEPOCallback().on_fit_start(trainer, SimpleNamespace())
+    trainer.datamodule.batch.prompts_per_iter = 4  # ⌊4/4⌋ = 1 prompt: accepted
+    AEPOCallback().on_fit_start(trainer, SimpleNamespace())
