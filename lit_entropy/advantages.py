@@ -14,6 +14,7 @@ Estimators (all ``[B] -> [B]`` fp32, pick one by name with :func:`compute_advant
 * :func:`pass_at_k` — Pass@k training (Chen et al. 2025, arXiv 2508.10751), closed-form group advantage.
 * :func:`maxrl` — MaxRL (Tajwar et al. 2026, arXiv 2602.02710), the group mean divides instead of the std.
 * :func:`grpo_batch` — batch-level scaling (TRL ``scale_rewards="batch"``, Lite PPO): group mean, batch std.
+* :func:`signed` — ``2R − 1``: the reward on ±1 with no baseline (TOPR's setting, Le Roux et al. 2025).
 
 Reward shaping applied before an estimator: :func:`unlikeliness_rewards` (He et al. 2025).
 Dynamic sampling (DAPO, Yu et al. 2025): :func:`group_has_signal` and :func:`select_groups`, which the
@@ -280,9 +281,29 @@ def grpo_batch(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
     return torch.where(flat, torch.zeros_like(centred), centred).reshape(-1)
 
 
+def signed(rewards: Tensor, *, group_size: int | None = None) -> Tensor:
+    """The reward on ±1 with no baseline, ``A_i = 2R_i − 1``, fp32 [B]: TOPR's setting (Le Roux et al. 2025,
+    "Tapered Off-Policy REINFORCE", arXiv 2503.14286: +1 for a correct completion, −1 for a wrong one, REINFORCE
+    with no baseline, which the paper shows would change the effective share of positive samples).
+
+    Rewards here lie in [0, 1] with 1 correct, so binary rewards give exactly +1 / −1; other rewards (a shaped
+    reward, DAPO's overlong penalty) are mapped by the same affine map, keeping their order and spacing. No
+    baseline: all-equal groups keep their ±1 and ``G = 1`` is fine; ``group_size`` is only checked (as in
+    :func:`w_reinforce`).
+    """
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if group_size is not None:
+        _check_rows(rewards, group_size, min_group_size=1)
+    return 2.0 * rewards.float() - 1.0
+
+
 ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk", "maxrl",
-                               "grpo_batch")
+                               "grpo_batch", "signed")
 """Names accepted by :func:`compute_advantages`."""
+
+NO_BASELINE: tuple[str, ...] = ("w_reinforce", "signed")
+"""Estimators with no baseline: all-equal groups still carry a signal (what DAPO's dynamic sampling would drop)."""
 
 # Keyword arguments each estimator understands; others in ``_KNOWN_KWARGS`` are dropped for it.
 _ACCEPTED_KWARGS: dict[str, frozenset[str]] = {
@@ -295,6 +316,7 @@ _ACCEPTED_KWARGS: dict[str, frozenset[str]] = {
     "passk": frozenset({"k", "correct_threshold", "eps"}),
     "maxrl": frozenset({"eps"}),
     "grpo_batch": frozenset({"eps"}),
+    "signed": frozenset(),
 }
 _KNOWN_KWARGS = frozenset().union(*_ACCEPTED_KWARGS.values())
 
@@ -305,7 +327,7 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
     ``"grpo"`` → :func:`grpo`, ``"dr_grpo"`` → :func:`dr_grpo`, ``"rloo"`` → :func:`rloo`,
     ``"reinforce_pp"`` → :func:`reinforce_pp_baseline`, ``"w_reinforce"`` → :func:`w_reinforce`,
     ``"qae"`` → :func:`qae`, ``"passk"`` → :func:`pass_at_k`, ``"maxrl"`` → :func:`maxrl`,
-    ``"grpo_batch"`` → :func:`grpo_batch`.
+    ``"grpo_batch"`` → :func:`grpo_batch`, ``"signed"`` → :func:`signed`.
 
     ``kwargs`` may hold the union of the estimators' options (``eps``, ``scale_std``, ``lam``,
     ``correct_threshold``, ``quantile_k``, ``k``), e.g. straight from a config; each is forwarded only to the estimators it
@@ -337,6 +359,8 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
         return maxrl(rewards, group_size, **opts)
     if name == "grpo_batch":
         return grpo_batch(rewards, group_size, **opts)
+    if name == "signed":
+        return signed(rewards, group_size=group_size)
     return w_reinforce(rewards, group_size=group_size, **opts)
 
 

@@ -33,7 +33,7 @@ class AlgoConfig:
     name: str = "grpo"
     """Preset name (for run names and logs)."""
     advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce, qae, passk, maxrl, grpo_batch
+    """Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce, qae, passk, maxrl, grpo_batch, signed
     (docs/design.md §7.1)."""
     advantage_args: dict[str, Any] = field(default_factory=dict)
     """Extra estimator arguments, e.g. ``{lam: 0.1}`` for w_reinforce, ``{quantile_k: 0.4}`` for qae,
@@ -179,6 +179,11 @@ class AlgoConfig:
             raise ValueError(
                 f"algo.loss={self.loss} replaces PPO's clip; algo.selection={self.selection} is defined on PPO's "
                 "clipped ratio (it detaches or replaces PPO-clip tokens): pick one")
+        if loss.sequence_ratio and rule is not None and rule.effect == "loss_mask":
+            raise ValueError(
+                f"algo.loss={self.loss} weighs each row by the ratio of its whole sampled sequence; "
+                f"algo.selection={self.selection} takes tokens out of the loss, which would make it the ratio of the "
+                "tokens left: pick one (docs/design.md §7.2)")
         replaces_ppo = rule is not None and rule.effect == "kl_selected"  # KL-Cov's loss has no clip
         no_clip = self.loss not in PPO_CLIP_LOSSES or replaces_ppo
         if self.dual_clip is not None and no_clip:

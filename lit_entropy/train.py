@@ -16,6 +16,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy import advantages as adv
 from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams, varied_keys
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.interrupt import InterruptLatch
@@ -121,8 +122,9 @@ def build_sampler(cfg: DictConfig, engine: Any = None) -> Sampler:
 
 def check_batch_and_algo(batch: BatchConfig, algo: Any) -> None:
     """Combinations of the ``batch`` and ``algo`` groups that cannot work, named at start-up."""
-    if batch.dynamic_sampling and getattr(algo, "advantage", None) == "w_reinforce":
-        raise ValueError("batch.dynamic_sampling drops all-equal groups, but algo.advantage=w_reinforce has no "
+    advantage = getattr(algo, "advantage", None)
+    if batch.dynamic_sampling and advantage in adv.NO_BASELINE:
+        raise ValueError(f"batch.dynamic_sampling drops all-equal groups, but algo.advantage={advantage} has no "
                          "baseline and learns from them: pick one")
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from lit_entropy.objectives import correction as corr
+from lit_entropy.objectives import losses
 
 
 @dataclass
@@ -118,6 +119,12 @@ def check_with_algo(cfg: CorrectionConfig, algo: object) -> None:
     if cfg.bias_corrected_kl and not getattr(algo, "kl_coef", 0) > 0:
         raise ValueError("correction.bias_corrected_kl corrects the KL-to-reference penalty, which is off: "
                          "set algo.kl_coef > 0 or drop it")
+    loss = losses.LOSSES.get(getattr(algo, "loss", None))
+    if loss is not None and loss.sequence_ratio and cfg.level == "token" and cfg.mode == "mask":
+        raise ValueError(f"correction.level=token with mode=mask takes single tokens out of the loss, but algo.loss="
+                         f"{loss.name} weighs each row by the ratio of its whole sampled sequence, which would become "
+                         "the ratio of the tokens left: use a sequence-level correction (correction.level=sequence "
+                         "or geometric) or truncated weights (mode=truncate) (docs/design.md §7.2)")
 
 
 @dataclass

@@ -35,7 +35,7 @@ def test_preset_smoke_run_has_finite_loss(tmp_path, harness, preset):
         assert "rollout/sampling_rounds" in scalars
     if preset == "erc":
         assert "train/erc_clipfrac" in scalars
-    if preset in ("cispo", "sapo", "dppo_tv", "dppo_kl", "topr"):  # the losses that replace the clip log PPO's scalars
+    if preset in ("cispo", "sapo", "dppo_tv", "dppo_kl", "topr", "topr_paper"):  # losses that replace the clip log
         assert all(0 <= v <= 1 for _, v in scalars["train/clipfrac_low"] + scalars["train/clipfrac_high"])
     ratios = [v for _, v in scalars["train/entropy_ratio"]]
     assert ratios and all(math.isfinite(v) and v > 0 for v in ratios)

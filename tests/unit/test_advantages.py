@@ -12,6 +12,7 @@ from lit_entropy.advantages import (
     reinforce_pp_baseline,
     rloo,
     select_groups,
+    signed,
     unlikeliness_rewards,
     w_reinforce,
     zero_std_groups,
@@ -209,6 +210,24 @@ def test_estimators_fp32_output_from_other_dtypes():
             torch.testing.assert_close(adv, compute_advantages(name, R8, 4))
 
 
+def test_signed_is_two_r_minus_one_with_no_baseline():
+    """TOPR's ±1 rewards (Le Roux et al. 2025): A = 2R − 1, binary rewards exactly ±1, all-equal groups kept."""
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0])  # a mixed group, an all-correct one, an all-wrong one
+    assert signed(r).tolist() == [1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0, -1.0]
+    assert compute_advantages("signed", r, 2).tolist() == signed(r).tolist()
+    shaped = torch.tensor([0.75, 0.5, 0.25, -0.5])  # non-binary rewards (an overlong penalty): the same affine map
+    torch.testing.assert_close(signed(shaped), torch.tensor([0.5, 0.0, -0.5, -2.0]))
+    rng = torch.Generator().manual_seed(0)
+    rand = torch.rand(64, generator=rng, dtype=torch.float64)
+    torch.testing.assert_close(compute_advantages("signed", rand, 8), (2 * rand - 1).float())  # the formula
+    torch.testing.assert_close(compute_advantages("signed", r, 1), signed(r))  # G = 1: no baseline to need a group
+    assert compute_advantages("signed", r, 4, eps=1.0, lam=0.3).tolist() == signed(r).tolist()  # takes no option
+    with pytest.raises(ValueError, match="8.*3"):
+        signed(r, group_size=3)
+    with pytest.raises(ValueError, match="1-D"):
+        signed(torch.ones(2, 2))
+
+
 # ---- unlikeliness reward ---------------------------------------------------------------------------
 
 
@@ -259,7 +278,7 @@ def test_unlikeliness_errors():
 
 def test_dispatcher_maps_names():
     assert ESTIMATORS == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk", "maxrl",
-                          "grpo_batch")
+                          "grpo_batch", "signed")
     torch.testing.assert_close(compute_advantages("grpo", R8, 4), grpo(R8, 4))
     torch.testing.assert_close(compute_advantages("dr_grpo", R8, 4), dr_grpo(R8, 4))
     torch.testing.assert_close(compute_advantages("rloo", R8, 4), rloo(R8, 4))

@@ -34,6 +34,11 @@ class PolicyLoss:
     per_sequence: bool = False
     """One ratio per sequence (GSPO): the rules on per-token ratios are refused, and the surrogate changes see
     the plain log-probs."""
+    sequence_ratio: bool = False
+    """Weighs each row by the ratio of its whole sampled sequence (TOPR's trajectory ratio), summed over the loss
+    mask: the token-level masks (a selection rule that takes tokens out of the loss, ``correction.level=token`` with
+    ``mode=mask``) are refused with it, since they would make the weight the ratio of the tokens left. Row-level
+    masks (sequence-level corrections, rejection, filters, truncated completions) leave a kept row whole."""
     dose: Dose | None = None
     """How much the loss acted in a run (what the studies' *not tested at this dose* rule reads); None: the loss is
     judged as it is (CISPO, SAPO, DPPO: no lever to measure)."""

@@ -10,8 +10,12 @@ No PPO clip: a positive sample's gradient is never cut, a negative one's fades a
 (``a⁻ = 0``: the paper shows any lower bound above 0 lets the negatives push the policy to degenerate). The paper's
 Algorithm 1 weighs ``log π(y|x)`` by ``sg(α)·R``, the ratio over the whole trajectory, split on the sign of the
 reward; here the split is on the sign of the row's advantage (the mean of its token advantages; with ±1 rewards
-and no baseline, the paper's case, the two agree) and ``π_old`` is the policy of the pre-update pass (the sampler's
-with ``correction.bypass``).
+and no baseline, the paper's case, the two agree: ``algo=topr_paper``) and ``π_old`` is the policy of the pre-update
+pass (the sampler's with ``correction.bypass``).
+
+The trajectory ratio is summed over the loss mask, which for TOPR is always the whole sampled sequence: the loss is
+registered with ``sequence_ratio``, so the token-level masks (forking, Clip-B/V, ``correction.level=token`` with
+``mode=mask``) are refused at start-up (docs/design.md §7.2); row-level masks take a whole row out, never part of it.
 """
 
 from __future__ import annotations
@@ -66,6 +70,6 @@ def topr(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps_l
     return topr_surrogate(logp, old_logp, advantages, mask)
 
 
-register(PolicyLoss("topr", topr, dose=Dose(
+register(PolicyLoss("topr", topr, sequence_ratio=True, dose=Dose(
     "topr_tapered_frac", "fraction of response tokens in negative samples whose weight the taper cut "
     "(train/clipfrac_low)", tag="train/clipfrac_low")))
