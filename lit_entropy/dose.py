@@ -24,3 +24,5 @@ class Dose:
     tag: str | None = None
     """A logged scalar whose mean over the run is the dose (``key`` is then filled from it); None for the doses
     ``dose_metrics`` computes itself from several tags or from the run's config."""
+    legacy_tags: tuple[str, ...] = ()
+    """Tags runs of earlier commits logged the same dose under, read where ``tag`` is missing (their records)."""

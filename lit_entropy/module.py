@@ -36,6 +36,7 @@ from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mo
 from lit_entropy.iteration import rollout_of
 from lit_entropy.log_steps import ITERATION, iteration_step
 from lit_entropy.objectives import changes as surrogate_changes
+from lit_entropy.objectives import stare
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.objectives.registry import (
@@ -210,7 +211,8 @@ class PolicyModule(pl.LightningModule):
                 for key, v in stats.items():
                     sums[key] = sums.get(key, 0) + v
         rows.finish_backward(self.manual_backward, self._loss_scale())  # shared prompts: the prompt pass
-        sums, loss_total = self._sum_over_ranks(sums, loss_total, with_kl="ref_logp" in minibatch)
+        sums, loss_total = self._sum_over_ranks(sums, loss_total, with_kl="ref_logp" in minibatch,
+                                                with_stare=stare.is_on(knobs))
         self.time_forward_backward += time.perf_counter() - t0
         grad_norm = self._clip_and_step(opt, sched)
         self._log_step(sums, loss_total, grad_norm, opt.param_groups[0]["lr"], sel.num_tokens, sel.frac,
@@ -218,12 +220,13 @@ class PolicyModule(pl.LightningModule):
         return loss_total
 
     def _sum_over_ranks(self, sums: dict[str, torch.Tensor], loss_total: torch.Tensor,
-                        with_kl: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+                        with_kl: bool, with_stare: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The step's ``train/*`` sums over ranks: the same keys on every rank, even one that ran only padding."""
         if dist.world_size() == 1:
             return sums, loss_total
         keys = ["pg_loss", "entropy", "entropy_ratio", "clip_low", "clip_high", "ratio", "tokens"]
-        keys += (["kl"] if with_kl else []) + [c.stat for c, _ in surrogate_changes.active(self.algo) if c.metric]
+        keys += (["kl"] if with_kl else []) + (["stare_acted"] if with_stare else [])
+        keys += [c.stat for c, _ in surrogate_changes.active(self.algo) if c.metric]
         local = {key: torch.as_tensor(sums.get(key, 0.0), dtype=torch.float32) for key in keys}
         sums = dist.all_reduce_sum({**local, "loss": loss_total}, device=self.device)
         return sums, sums.pop("loss")
@@ -249,6 +252,8 @@ class PolicyModule(pl.LightningModule):
         for change, _ in surrogate_changes.active(self.algo):  # ERC's train/erc_clipfrac
             if change.metric is not None and change.stat in sums:
                 metrics[f"train/{change.metric}"] = sums[change.stat] / denom
+        if "stare_acted" in sums:  # STARE: the fraction of the loss tokens its weights changed this step
+            metrics["train/stare_reweighted_frac"] = sums["stare_acted"] / denom
         if masked_frac is not None:
             metrics[f"train/masked_frac_{self.algo.selection}"] = torch.tensor(masked_frac)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)

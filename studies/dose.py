@@ -130,8 +130,17 @@ def dose_metrics(s: dict[str, list[float]], cfg: dict[str, Any] | None = None) -
         "dropped_frac": 1.0 - kept if kept is not None else None,
         "pic_alpha_mean": _mean([abs(x) for x in s["control/pic_alpha"]]) if s.get("control/pic_alpha") else None,
         "entropy_coef_mean": _mean(s.get("control/entropy_coef")),
-        **{d.key: _mean(s.get(d.tag)) for d in METHOD_DOSE.values() if d.tag is not None},
+        **{d.key: _mean(_tagged(s, d)[1]) for d in METHOD_DOSE.values() if d.tag is not None},
     }
+
+
+def _tagged(s: dict[str, list[float]], dose: Dose) -> tuple[str, list[float] | None]:
+    """The dose's tag and its values in ``s``: its own ``tag``, else the first of its ``legacy_tags`` the run
+    logged (records of earlier commits)."""
+    for tag in (dose.tag, *dose.legacy_tags):
+        if tag and s.get(tag):
+            return tag, s[tag]
+    return dose.tag or "", None
 
 
 def method_dose(method: str, summary: dict[str, Any]) -> float | None:
@@ -192,7 +201,8 @@ def dose_series(method: str, s: dict[str, list[float]]) -> list[tuple[str, list[
             tag = next((t for t in s if t.startswith("train/masked_frac_") and s[t]), "")
             name, fn = tag, None
         else:
-            tag, name, fn = _SERIES.get(rule.key, (rule.tag or "", rule.tag or "", None))
+            found = _tagged(s, rule)[0]
+            tag, name, fn = _SERIES.get(rule.key, (found, found, None))
         if s.get(tag):
             got.append((name, [fn(x) for x in s[tag]] if fn else list(s[tag])))
     if s.get("control/eps_high"):

@@ -20,6 +20,11 @@ TARGET = 0.3
 hand, not a fraction; give your own for another model or task."""
 
 
+RANKS = ("micro_batch", "iteration")
+"""Where ω is computed (:mod:`lit_entropy.objectives.stare`): ``micro_batch``, the authors' rule; ``iteration``, once
+on the pre-update log-probs (this package's rule before 2026-12)."""
+
+
 class STARECallback(EntropyController):
     """STARE (Luo et al. 2026, arXiv 2606.19236): gated surprisal-quantile reweighting of the advantages.
 
@@ -28,18 +33,26 @@ class STARECallback(EntropyController):
 
     1. gate = ``H < H*`` (strict; bang-bang, no memory: the paper's code);
     2. with ``adaptive``: ``W ← clip(W + α·sign(H* − H), 1, w_max)``, ``M ← clip(M − α·sign(H* − H), m_min, 1)``;
-    3. when the gate is on: ``A′_t = ω_t·A_t`` with ω of :func:`~lit_entropy.objectives.stare.stare_weights`:
-       ``W`` on the ``top_frac`` highest-surprisal tokens of ``A > 0`` (``L⁺``), in variant ``c2`` also ``M`` on
-       those of ``A < 0`` (``L⁻``), 1 elsewhere. Surprisal is ``−batch.old_logp``.
+    3. when the gate is on, each token's surrogate is weighted by ω: ``W`` on the ``top_frac`` highest-surprisal
+       tokens of ``A > 0`` (``L⁺``), in variant ``c2`` also ``M`` on those of ``A < 0`` (``L⁻``), 1 elsewhere.
+
+    Where step 3 happens is ``rank``:
+
+    * ``micro_batch`` (default; the authors' code): the controller sets the module's knobs ``stare_top_frac``,
+      ``stare_w`` and ``stare_m`` (1 and 1 while the gate is shut, ``stare_m`` 1 in ``o1``) and the loss ranks the
+      loss tokens of every micro-batch of every optimizer step on the current policy's surprisal
+      (:func:`~lit_entropy.objectives.stare.micro_batch_weights`). ω multiplies the per-token surrogate only: the
+      selection rules, the loss terms (entropy bonus, KL penalty, EntroPIC) and ``batch.token_advantages`` see
+      the advantages unweighted. Dose ``train/stare_reweighted_frac``, per optimizer step.
+    * ``iteration``: ω once per iteration over the whole batch's kept response tokens, ranked on the pre-update
+      log-probs (``batch.old_logp``), multiplied into ``batch.token_advantages``; everything that reads the
+      advantages (the covariance rules, KL-Cov's term, EntroPIC) then reads them reweighted. Equal to the authors'
+      rule on the first optimizer step of an iteration with one micro-batch; it does not depend on how the update
+      is cut. Dose ``control/stare_reweighted_frac`` (with ``control/stare_surprisal_cut``).
 
     This batch's entropy sets this batch's gate (as in the paper's code: the controller updates between the
-    log-prob pass and the actor update). ``batch.token_advantages`` is reweighted in place of the loss's ω (the
-    same product, since ω > 0); ``batch.advantages`` is left alone. Rows already rejected (``keep`` False) and
-    tokens with ``A = 0`` are never picked.
-
-    Deliberate difference: the quantile is taken over the whole batch's response tokens, as the paper writes
-    ("batch-internal"), where its code ranks inside each micro-batch on each rank; here the result does not
-    depend on how the update is cut into micro-batches.
+    log-prob pass and the actor update). Rows already rejected (``keep`` False) and tokens with ``A = 0`` are
+    never picked.
 
     Refused with a per-sequence loss (GSPO): its one ratio per sequence has no per-token advantage to reweight.
 
@@ -50,13 +63,15 @@ class STARECallback(EntropyController):
         w, m: the weights on ``L⁺`` (1.1, > 1) and ``L⁻`` (0.9, in (0, 1]); the paper suggests 1.05 / 0.95 at 14B-32B.
         adaptive: step W and M each iteration (the paper's §4.4; off by default), with ``alpha`` (0.01),
             ``w_max`` (1.5) and ``m_min`` (0.5).
+        rank: ``"micro_batch"`` (the authors' rule) or ``"iteration"`` (see above).
         **common: ``progress``, ``clamp_patience``.
     """
 
-    knobs = ("token_advantages",)
-    methods = {"stare": Dose("stare_reweighted_frac", "fraction of response tokens reweighted "
-                             "(control/stare_reweighted_frac, 0 while the gate is shut)",
-                             tag="control/stare_reweighted_frac")}
+    knobs = ("stare_top_frac", "stare_w", "stare_m")
+    methods = {"stare": Dose("stare_reweighted_frac", "fraction of tokens reweighted, 0 while the gate is shut "
+                             "(train/stare_reweighted_frac per optimizer step; control/stare_reweighted_frac per "
+                             "iteration with rank: iteration and in runs before 2026-12-05)",
+                             tag="train/stare_reweighted_frac", legacy_tags=("control/stare_reweighted_frac",))}
     refused_losses = tuple(name for name, loss in LOSSES.items() if loss.per_sequence)
     refusal = "reweights per-token advantages, but algo.loss={loss} (algo={algo}) has one ratio a sequence: pick one"
 
@@ -71,11 +86,14 @@ class STARECallback(EntropyController):
         alpha: float = 0.01,
         w_max: float = 1.5,
         m_min: float = 0.5,
+        rank: str = "micro_batch",
         **common: Any,
     ) -> None:
         super().__init__(target=target, **common)
         if variant not in VARIANTS:
             raise config_error("variant", f"{variant!r}; choose one of {VARIANTS}")
+        if rank not in RANKS:
+            raise config_error("rank", f"{rank!r}; choose one of {RANKS}")
         if not 0 < top_frac <= 1:
             raise config_error("top_frac", f"{top_frac} must be in (0, 1]")
         if not (w >= 1 and (w <= w_max or not adaptive)):
@@ -88,17 +106,30 @@ class STARECallback(EntropyController):
         self.variant, self.top_frac, self.adaptive = variant, float(top_frac), bool(adaptive)
         self.alpha, self.w_max, self.m_min = float(alpha), float(w_max), float(m_min)
         self.w, self.m = float(w), float(m)
+        self.rank = rank
+        if rank == "iteration":
+            self.knobs = ("token_advantages",)
         self.gate = True
 
     def control(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
-        if batch.token_advantages is None or batch.old_logp is None:
-            raise config_error("", "STARE needs batch.token_advantages and batch.old_logp (pre-update pass)")
         self.gate = entropy < target
         if self.adaptive:
             self.w, self.m = adapt_weights(self.w, self.m, entropy, target, self.alpha, self.w_max, self.m_min)
             self.note_clamp(self.w >= self.w_max, "stare_w")
+        metrics = {"control/stare_gate": float(self.gate), "control/stare_w": self.w, "control/stare_m": self.m}
+        if self.rank == "micro_batch":
+            pl_module.stare_top_frac = self.top_frac
+            pl_module.stare_w = self.w if self.gate else 1.0
+            pl_module.stare_m = self.m if self.gate and self.variant == "c2" else 1.0
+            return metrics
+        return {**metrics, **self._reweight_batch(batch)}
+
+    def _reweight_batch(self, batch: RolloutBatch) -> dict[str, float]:
+        """``rank: iteration``: ω over the whole batch on the pre-update log-probs, into ``batch.token_advantages``."""
+        if batch.token_advantages is None or batch.old_logp is None:
+            raise config_error("", "STARE needs batch.token_advantages and batch.old_logp (pre-update pass)")
         mask = batch.response_mask.bool()
         if batch.keep is not None:
             mask = mask & batch.keep.bool()[:, None]
@@ -110,9 +141,6 @@ class STARECallback(EntropyController):
             batch.token_advantages = (batch.token_advantages.float() * weights.to(batch.token_advantages.device))
         surprisal = -batch.old_logp.float()
         return {
-            "control/stare_gate": float(self.gate),
-            "control/stare_w": self.w,
-            "control/stare_m": self.m,
             "control/stare_reweighted_frac": float(acted.sum()) / tokens if self.gate else 0.0,
             # the cut: the least surprising token of L+ (the code's stand-in for the paper's critical surprisal)
             "control/stare_surprisal_cut": float(surprisal[l_plus].min()) if bool(l_plus.any()) else 0.0,

@@ -8,7 +8,8 @@ Two steps, so that nothing depends on how a minibatch is split into micro-batche
 2. :func:`micro_batch_loss` runs per micro-batch: surrogate (PPO-clip, GSPO, KL-Cov, CISPO, SAPO or DPPO), selection,
    aggregation with the global counts, then every active loss term (EntroPIC, entropy bonus, KL
    penalty). Summing its value over the micro-batches (gradient accumulation) gives exactly the
-   minibatch loss.
+   minibatch loss. One deliberate exception: STARE's token weights rank the tokens of each micro-batch, as
+   its authors' code does (:func:`lit_entropy.objectives.stare.micro_batch_weights`).
 
 Which rules and terms exist, and what each needs, is declared in :mod:`lit_entropy.objectives.registry`.
 """
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lit_entropy.objectives import changes, losses, registry
+from lit_entropy.objectives import changes, losses, registry, stare
 from lit_entropy.objectives import entropy_methods as em
 from lit_entropy.objectives import selection as rules
 from lit_entropy.objectives.policy_loss import (
@@ -37,16 +38,17 @@ class Knobs(Mapping[str, Any]):
     """Knob name -> value for one optimizer step, read from the module (controllers change them between steps).
 
     The knobs are the clip range (``eps_low``, ``eps_high``), GPPO's ``gppo_beta_low``/``gppo_beta_high``
-    (default 1) and each registered loss term's coefficient (:data:`~lit_entropy.objectives.registry.KNOBS`);
+    (default 1), STARE's ``stare_top_frac``/``stare_w``/``stare_m`` (default 0, 1, 1: off) and each registered loss
+    term's coefficient (:data:`~lit_entropy.objectives.registry.KNOBS`);
     a coefficient left out is 0 (its term is off).
     ``knobs["kl_coef"]`` and ``knobs.kl_coef`` read the same value.
     """
 
     def __init__(self, eps_low: float, eps_high: float, **coefs: Any) -> None:
-        unknown = set(coefs) - set(registry.TERM_KNOBS) - set(registry.CLIP_KNOBS)
+        unknown = set(coefs) - set(registry.TERM_KNOBS) - set(registry.DEFAULT_KNOBS)
         if unknown:
             raise TypeError(f"unknown knobs {sorted(unknown)}; the knobs are {registry.KNOBS}")
-        self._values = {"eps_low": eps_low, "eps_high": eps_high, **registry.CLIP_KNOBS,
+        self._values = {"eps_low": eps_low, "eps_high": eps_high, **registry.DEFAULT_KNOBS,
                         **dict.fromkeys(registry.TERM_KNOBS, 0.0), **coefs}
 
     @classmethod
@@ -197,6 +199,9 @@ def micro_batch_loss(
         loss_tok = loss_tok * mb["row_weight"][:, None]
     if "is_weight" in mb:  # the sampler/trainer mismatch correction (detached)
         loss_tok = loss_tok * mb["is_weight"]
+    if stare.is_on(knobs):  # STARE's ω, ranked on this micro-batch's current log-probs as the authors' code does
+        omega, acted["stare_acted"] = stare.micro_batch_weights(knobs, mb["token_advantages"], logp, mask)
+        loss_tok = loss_tok * omega
     pg_loss = aggregate(loss_tok, mask, algo.loss_agg, **counts)
     loss = pg_loss
     inputs = TermInputs(algo, mb, mask, logp, entropy, counts, sel.prepared, kl_bias_correction)

@@ -241,8 +241,16 @@ TERM_KNOBS: tuple[str, ...] = tuple(term.knob for term in LOSS_TERMS.values())
 CLIP_KNOBS: dict[str, float] = {"gppo_beta_low": 1.0, "gppo_beta_high": 1.0}
 """Knobs of the clipped surrogate beyond the clip range, with their defaults: the gradient scales that
 ``loss=gppo`` keeps on clipped tokens (a smooth actuator for a controller; unused by the other losses)."""
-KNOBS: tuple[str, ...] = ("eps_low", "eps_high", *CLIP_KNOBS, *TERM_KNOBS)
-"""Everything a controller may change between steps: the clip range, GPPO's betas and each loss term's coefficient."""
+WEIGHT_KNOBS: dict[str, float] = {"stare_top_frac": 0.0, "stare_w": 1.0, "stare_m": 1.0}
+"""Knobs of STARE's token weights ω on the per-token surrogate, with their defaults (``stare_top_frac`` 0: off):
+the fraction P of each advantage sign's tokens ranked by surprisal on the current policy in each micro-batch, and
+the weights on the positive (``stare_w``) and negative (``stare_m``) picks (:func:`~lit_entropy.objectives.stare.
+micro_batch_weights`). The STARE controller sets them each iteration; ``stare_w = stare_m = 1`` weighs nothing."""
+DEFAULT_KNOBS: dict[str, float] = {**CLIP_KNOBS, **WEIGHT_KNOBS}
+"""Every knob that is not a loss term's coefficient (0 by default) nor the clip range, with its default."""
+KNOBS: tuple[str, ...] = ("eps_low", "eps_high", *CLIP_KNOBS, *WEIGHT_KNOBS, *TERM_KNOBS)
+"""Everything a controller may change between steps: the clip range, GPPO's betas, STARE's token weights and each
+loss term's coefficient."""
 
 
 # ---------------------------------------------------------------------------------------------- queries
@@ -282,6 +290,8 @@ def needs_entropy_grad(knobs: Mapping[str, Any]) -> bool:
 
 def initial_knobs(algo: Any) -> dict[str, Any]:
     """Each knob's value when training starts: ``algo.<knob>`` where the config has that key, else
-    ``algo.term_coefs[<knob>]``, else 0 (the term is off until a controller sets it)."""
+    ``algo.term_coefs[<knob>]``, else its default (:data:`DEFAULT_KNOBS`; 0 for a term's coefficient: the term is
+    off until a controller sets it)."""
     coefs = getattr(algo, "term_coefs", {})
-    return {name: getattr(algo, name) if hasattr(algo, name) else coefs.get(name, 0.0) for name in KNOBS}
+    return {name: getattr(algo, name) if hasattr(algo, name) else coefs.get(name, DEFAULT_KNOBS.get(name, 0.0))
+            for name in KNOBS}

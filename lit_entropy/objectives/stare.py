@@ -15,14 +15,23 @@ tokens by surprisal are ``L⁺``, the top ``P`` of the negative ones ``L⁻``) a
 weight ω: ``W > 1`` on ``L⁺`` (more of the entropy-raising push), and in variant C2 also ``M < 1`` on ``L⁻`` (less of
 the entropy-lowering one). A closed loop gates it: ω applies only while the batch entropy is under a target.
 
-Since ω > 0 and it multiplies the whole per-token surrogate in the paper's code, it equals multiplying the token's
-advantage (PPO's clip and dual clip are positively homogeneous in A): :func:`stare_weights` gives ω and the
-controller (:class:`~lit_entropy.callbacks.stare.STARECallback`) multiplies ``token_advantages`` by it.
+Where ω is computed, two ways (the controller's ``rank``, :class:`~lit_entropy.callbacks.stare.STARECallback`):
+
+* ``micro_batch`` (the default, the authors' code): in every micro-batch of the update, on that micro-batch's
+  tokens, ranked by the **current** policy's log-probs (the update's own forward, detached), ω multiplies the
+  per-token surrogate loss (:func:`micro_batch_weights`, applied by :func:`lit_entropy.objectives.objective.
+  micro_batch_loss` while the knob ``stare_top_frac`` > 0). The controller only sets the knobs ``stare_w``,
+  ``stare_m`` (1 while its gate is shut) and ``stare_top_frac``.
+* ``iteration``: once per iteration, over the whole batch, ranked by the pre-update log-probs; the controller
+  multiplies ``token_advantages`` by ω (equal to weighting the loss, since ω > 0 and PPO's clip and dual clip are
+  positively homogeneous in A), so everything that reads the advantages sees them reweighted.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -51,8 +60,8 @@ def stare_weights(token_advantages: Tensor, logp: Tensor, mask: Tensor, top_frac
                   variant: str = "o1") -> tuple[Tensor, Tensor, Tensor]:
     """STARE's token weights ω [B, L] (fp32, no gradient) and the masks of ``L⁺`` and ``L⁻``.
 
-    ``token_advantages``, ``logp`` (the sampled tokens' log-probs under the policy that sampled the batch, from the
-    pre-update pass) and ``mask`` (the response tokens of the rows that train) are [B, L]. ``L⁺``: the
+    ``token_advantages``, ``logp`` (the sampled tokens' log-probs that rank the surprisal: the current policy's in
+    :func:`micro_batch_weights`, the pre-update pass's in the controller's ``rank: iteration``) and ``mask`` (the response tokens of the rows that train) are [B, L]. ``L⁺``: the
     ``top_frac`` of the tokens with ``A > 0`` with the highest surprisal ``−logp``; ``L⁻``: the same of the tokens with
     ``A < 0``; tokens with ``A = 0`` are in neither. ω = ``w`` on ``L⁺``, ``m`` on ``L⁻`` in variant ``c2``, else 1
     (``L⁻`` is still returned in ``o1``, for its metric). Positions off ``mask`` get 1 and are in neither set.
@@ -74,6 +83,24 @@ def stare_weights(token_advantages: Tensor, logp: Tensor, mask: Tensor, top_frac
     if variant == "c2":
         weights = torch.where(l_minus, torch.tensor(float(m)), weights)
     return weights, l_plus, l_minus
+
+
+def is_on(knobs: Mapping[str, Any]) -> bool:
+    """STARE's token weights are in the loss (the knob ``stare_top_frac`` > 0; with ``stare_w = stare_m = 1`` they
+    are all 1 and only the count ``train/stare_reweighted_frac`` = 0 is logged)."""
+    return knobs["stare_top_frac"] > 0
+
+
+def micro_batch_weights(knobs: Mapping[str, Any], token_advantages: Tensor, logp: Tensor,
+                        mask: Tensor) -> tuple[Tensor, Tensor]:
+    """ω [B, L] of one micro-batch and the tokens it reweights (ω ≠ 1), as the authors' ``compute_stare_token_weights``
+    (hp-luo/STARE, ``verl/trainer/ppo/core_algos.py``): the surprisal is ``−logp`` of the **current** policy
+    (``logp``, the update's forward; detached: it only picks tokens), the candidates are this micro-batch's loss
+    tokens (``mask``) by the sign of their advantage, ``L⁺`` gets ``stare_w`` and ``L⁻`` gets ``stare_m`` (the
+    controller sets ``stare_m = 1`` in variant ``o1``, where the authors leave ``L⁻`` alone)."""
+    weights, _, _ = stare_weights(token_advantages, logp, mask, float(knobs["stare_top_frac"]),
+                                  float(knobs["stare_w"]), float(knobs["stare_m"]), variant="c2")
+    return weights, weights != 1
 
 
 def adapt_weights(w: float, m: float, entropy: float, target: float, alpha: float, w_max: float,

@@ -64,7 +64,7 @@ def test_each_controller_moves_its_knob_toward_more_entropy_below_target(tmp_pat
 
 
 GATED = {  # the controllers that act only on one side of the target: what they log below it and above it
-    "stare": (["callbacks.entropy.top_frac=0.5"], "control/stare_reweighted_frac"),
+    "stare": (["callbacks.entropy.top_frac=0.5"], "train/stare_reweighted_frac"),  # per optimizer step
     "aepo": (["callbacks.entropy.prompt_frac=1.0", "callbacks.entropy.rows_frac=0.25"], "control/aepo_rows_frac"),
 }
 
@@ -78,11 +78,12 @@ def test_gated_controllers_act_under_their_target_and_not_over_it(tmp_path, harn
                                *extra], tmp_path, name=side).scalars
             for side, target in (("under", 1.5), ("over", 0.01))}
     under, over = ([v for _, v in sorted(runs[side][dose])] for side in ("under", "over"))
-    assert len(under) == len(over) == 3
+    logged = len(runs["under"]["train/loss"]) if name == "stare" else 3  # STARE's every optimizer step, AEPO's iteration
+    assert len(under) == len(over) == logged >= 3
     assert all(math.isfinite(v) for side in runs.values() for _, v in side["train/loss"])
     if name == "stare":
         assert all(v > 0 for v in under), under  # the gate is open and picks tokens every iteration
-        assert over == [0.0] * 3
+        assert over == [0.0] * logged
         assert {v for _, v in runs["under"]["control/stare_gate"]} == {1.0}
     else:
         assert [v for _, v in runs["under"]["control/aepo_temperature"]] == pytest.approx([1.2] * 3)  # float32 logs

@@ -54,11 +54,13 @@ def test_a_rule_entry_is_checked_against_its_function():
 def test_knobs_are_a_mapping_of_the_registered_knobs():
     knobs = Knobs(0.2, 0.28, kl_coef=0.1)
     assert dict(knobs) == {"eps_low": 0.2, "eps_high": 0.28, "gppo_beta_low": 1.0, "gppo_beta_high": 1.0,
+                           "stare_top_frac": 0.0, "stare_w": 1.0, "stare_m": 1.0,
                            "pic_alpha": 0.0, "entropy_coef": 0.0, "kl_coef": 0.1}
     assert knobs.kl_coef == knobs["kl_coef"] == 0.1
     with pytest.raises(TypeError, match="unknown knobs"):
         Knobs(0.2, 0.2, entropy=0.1)
-    module = SimpleNamespace(eps_low=0.1, eps_high=0.3, gppo_beta_low=0.5, gppo_beta_high=1.0, entropy_coef=0.01,
+    module = SimpleNamespace(eps_low=0.1, eps_high=0.3, gppo_beta_low=0.5, gppo_beta_high=1.0, stare_top_frac=0.1,
+                             stare_w=1.2, stare_m=1.0, entropy_coef=0.01,
                              kl_coef=0.0, pic_alpha=-0.5)
     assert dict(Knobs.read(module)) == vars(module)
     assert [t.name for t in registry.active_terms(Knobs.read(module))] == ["entropic", "entropy_bonus"]

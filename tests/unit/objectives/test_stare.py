@@ -84,3 +84,159 @@ def test_adaptive_schedule_steps_and_clamps():
     for _ in range(7):
         w, m = adapt_weights(w, m, 0.0, 0.3, 0.01, 1.5, 0.5)
     assert (w, m) == (1.17, 0.83)  # rounded steps: no drift
+
+
+# ------------------------------------------------------------------ the authors' rule, transcribed
+# hp-luo/STARE, verl/trainer/ppo/core_algos.py: compute_stare_token_weights and compute_policy_loss_stare (the
+# dual-clip GRPO surrogate, times the rollout IS weights, times ω ranked on this call's log_prob), agg_loss
+# token-mean over the global batch's tokens. verl calls the loss once per micro-batch.
+
+
+def authors_weights(log_prob, advantages, response_mask, top_ratio, w, m, variant, gate=True):
+    weights = torch.ones_like(advantages, dtype=torch.float32)
+    valid = response_mask > 0
+    positive_candidates = valid & (advantages > 0)
+    negative_candidates = valid & (advantages < 0)
+    surprisal = -log_prob.detach()
+
+    def top_surprisal_mask(candidate_mask):
+        candidate_count = int(candidate_mask.sum().item())
+        selected = torch.zeros_like(candidate_mask, dtype=torch.bool)
+        if candidate_count == 0 or top_ratio <= 0.0:
+            return selected
+        k = max(1, int(candidate_count * top_ratio + 0.999999))
+        k = min(k, candidate_count)
+        _, idx = torch.topk(surprisal[candidate_mask], k=k, largest=True)
+        flat = candidate_mask.reshape(-1).nonzero(as_tuple=False).squeeze(-1)
+        selected.reshape(-1)[flat[idx]] = True
+        return selected
+
+    l_plus = top_surprisal_mask(positive_candidates)
+    l_minus = top_surprisal_mask(negative_candidates) if variant == "C2" else torch.zeros_like(valid)
+    if gate:
+        weights = torch.where(l_plus, torch.full_like(weights, w), weights)
+        if variant == "C2":
+            weights = torch.where(l_minus, torch.full_like(weights, m), weights)
+    return weights
+
+
+def authors_loss(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high, clip_c, batch_num_tokens,
+                 rollout_is_weights, top_ratio, w, m, variant):
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * clip_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    pg_losses = pg_losses * rollout_is_weights
+    pg_losses = pg_losses * authors_weights(log_prob, advantages, response_mask, top_ratio, w, m, variant)
+    return (pg_losses * response_mask).sum() / batch_num_tokens
+
+
+def random_minibatch(g: torch.Generator, B: int = 9, L: int = 11) -> dict[str, torch.Tensor]:
+    mask = torch.rand(B, L, generator=g) > 0.25
+    old = torch.where(mask, -torch.rand(B, L, generator=g) * 4, 0.0)
+    adv = torch.randn(B, generator=g)
+    adv[int(torch.randint(0, B, (1,), generator=g))] = 0.0  # a group with no signal
+    return {"response_mask": mask, "old_logp": old, "token_advantages": adv[:, None].expand(B, L).clone(),
+            "is_weight": torch.rand(B, L, generator=g) * 2}
+
+
+@pytest.mark.parametrize("variant", ["O1", "C2"])
+def test_the_loss_weighs_each_micro_batch_as_the_authors_code_on_the_current_log_probs(variant):
+    """``micro_batch_loss`` with STARE's knobs, summed over micro-batches, is the authors' loss per micro-batch
+    (value and gradient), over 50 random minibatches cut three ways; the current policy's log-probs rank."""
+    from lit_entropy.algo import AlgoConfig
+    from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
+
+    algo = AlgoConfig(eps_high=0.28, dual_clip=10.0, loss_agg="token-mean")
+    w, m = 1.3, 0.6
+    knobs = Knobs(0.2, 0.28, stare_top_frac=0.15, stare_w=w, stare_m=m if variant == "C2" else 1.0)
+    g = torch.Generator().manual_seed(1)
+    differs_from_one_ranking = 0
+    for case in range(50):
+        mb = random_minibatch(g)
+        logp = (mb["old_logp"] + 0.3 * torch.randn(mb["old_logp"].shape, generator=g)).requires_grad_(True)
+        sel = select_tokens(algo, mb, knobs)
+        cuts = [slice(0, 3), slice(3, 7), slice(7, 9)] if case % 3 else [slice(0, 5), slice(5, 9)]
+        ours = sum(micro_batch_loss(algo, knobs, {k: v[c] for k, v in mb.items()}, sel.rows(c), logp[c], None)[0]
+                   for c in cuts)
+        theirs = sum(authors_loss(mb["old_logp"][c], logp[c], mb["token_advantages"][c], mb["response_mask"][c].float(),
+                                  0.2, 0.28, 10.0, sel.num_tokens, mb["is_weight"][c], 0.15, w, m, variant)
+                     for c in cuts)
+        assert torch.allclose(ours, theirs, atol=1e-6, rtol=1e-5)
+        (g_ours,) = torch.autograd.grad(ours, logp)
+        (g_theirs,) = torch.autograd.grad(theirs, logp)
+        assert torch.allclose(g_ours, g_theirs, atol=1e-6, rtol=1e-5)
+        whole = authors_weights(logp, mb["token_advantages"], mb["response_mask"], 0.15, w, m, variant)
+        per_cut = torch.cat([authors_weights(logp[c], mb["token_advantages"][c], mb["response_mask"][c], 0.15, w, m,
+                                             variant) for c in cuts])
+        differs_from_one_ranking += int(not torch.equal(whole, per_cut))
+    assert differs_from_one_ranking > 10  # ranking per micro-batch is not ranking the minibatch once
+
+
+def test_the_knobs_off_or_at_one_leave_the_loss_alone_and_count_what_they_weigh():
+    from lit_entropy.algo import AlgoConfig
+    from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
+
+    algo = AlgoConfig()
+    mb = random_minibatch(torch.Generator().manual_seed(2))
+    logp = mb["old_logp"] + 0.1
+    plain = Knobs(0.2, 0.2)
+    sel = select_tokens(algo, mb, plain)
+    base, stats = micro_batch_loss(algo, plain, mb, sel, logp, None)
+    assert "stare_acted" not in stats  # STARE off: nothing counted, the loss of plain GRPO
+    shut, stats = micro_batch_loss(algo, Knobs(0.2, 0.2, stare_top_frac=0.1), mb, sel, logp, None)
+    assert torch.equal(shut, base) and int(stats["stare_acted"]) == 0  # the gate shut: weights of 1, counted 0
+    _, stats = micro_batch_loss(algo, Knobs(0.2, 0.2, stare_top_frac=0.1, stare_w=1.5), mb, sel, logp, None)
+    _, l_plus, _ = stare_weights(mb["token_advantages"], logp, mb["response_mask"], 0.1, 1.5, 1.0)
+    assert int(stats["stare_acted"]) == int(l_plus.sum()) > 0
+
+
+def test_the_second_optimizer_step_ranks_on_the_updated_policy_as_the_authors_code():
+    """Two minibatches of one iteration, a real optimizer step between them: the second step's gradient is the
+    authors' loss over the module's own micro-batches with the tokens ranked on the updated policy's log-probs,
+    and not the one ranked on the pre-update log-probs (the rule of ``rank: iteration``)."""
+    from tests.unit.test_module_micro_batching import make_minibatch, make_module
+
+    module = make_module(micro_batch_size=4, eps_high=0.28, dual_clip=10.0)
+    module.stare_top_frac, module.stare_w, module.stare_m = 0.2, 3.0, 0.3
+    first, second = make_minibatch(module, seed=0), make_minibatch(module, seed=1)
+    opt = torch.optim.SGD(module.parameters(), lr=0.5)
+    grads_only = False
+    grads: list[torch.Tensor] = []
+
+    def step(opt_, sched):  # the first minibatch's step is taken; the second's gradient is kept, not applied
+        grads[:] = [p.grad.clone() for p in module.parameters()]
+        if not grads_only:
+            opt.step()
+        opt.zero_grad()
+        return torch.zeros(())
+
+    module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: None)
+    module.manual_backward = lambda loss: loss.backward()
+    module.log_dict = module.log = lambda *a, **k: None
+    module._clip_and_step = step
+    module.training_step(first, 0)
+    grads_only = True
+    module.training_step(second, 1)
+    old, adv, mask = second["old_logp"], second["token_advantages"], second["response_mask"]
+
+    def reference(rank_on_current: bool) -> list[torch.Tensor]:
+        module.zero_grad()
+        logp, _ = module.token_stats(second["input_ids"], second["attention_mask"], with_entropy=False)
+        loss = torch.zeros(())
+        for mb in module.row_passes(second).micro_batches(0):
+            r = mb.rows
+            omega = authors_weights(logp[r] if rank_on_current else old[r], adv[r], mask[r], 0.2, 3.0, 0.3, "C2")
+            # the authors' loss with the ω above as its only weight (P = 1 with W = M = 1 weighs nothing more)
+            loss = loss + authors_loss(old[r], logp[r], adv[r], mask[r].float(), 0.2, 0.28, 10.0, int(mask.sum()),
+                                       omega, 1.0, 1.0, 1.0, "C2")
+        loss.backward()
+        return [p.grad.clone() for p in module.parameters()]
+
+    authors = reference(rank_on_current=True)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(grads, authors, strict=True))
+    stale = reference(rank_on_current=False)
+    assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(grads, stale, strict=True))

@@ -134,7 +134,7 @@ def test_doses_declared_with_a_tag_are_that_tags_run_mean() -> None:
     study reads it without a line of its own for each (studies/dose.py)."""
     from studies.dose import METHOD_DOSE
 
-    for method, tag in {"stare": "control/stare_reweighted_frac", "aepo": "control/aepo_rows_frac",
+    for method, tag in {"stare": "train/stare_reweighted_frac", "aepo": "control/aepo_rows_frac",
                         "topr": "train/clipfrac_low"}.items():
         rule = METHOD_DOSE[method]
         assert rule.tag == tag
@@ -142,6 +142,12 @@ def test_doses_declared_with_a_tag_are_that_tags_run_mean() -> None:
         assert d[rule.key] == pytest.approx(0.02)
         assert method_dose(method, d) == pytest.approx(0.02)
     assert dose_metrics({})["stare_reweighted_frac"] is None  # not logged: no dose
+    # records of earlier runs (and rank: iteration) logged STARE's dose per iteration under the controller's tag
+    old = {"control/stare_reweighted_frac": [0.0, 0.03]}
+    assert dose_metrics(old)["stare_reweighted_frac"] == pytest.approx(0.015)
+    assert dose_series("stare", old) == [("control/stare_reweighted_frac", [0.0, 0.03])]
+    both = {**old, "train/stare_reweighted_frac": [0.1]}
+    assert dose_metrics(both)["stare_reweighted_frac"] == pytest.approx(0.1)  # the current tag first
 
 
 def test_the_dose_series_is_the_scalar_behind_each_methods_dose() -> None:
