@@ -52,6 +52,7 @@ def method_doses() -> dict[str, Dose]:
     doses = {name: Dose("sel_frac", f"fraction of response tokens {_VERB[rule.effect]} (train/masked_frac_{name})")
              for name, rule in SELECTION_RULES.items()}
     doses.update({name: loss.dose for name, loss in LOSSES.items() if loss.dose is not None})
+    doses["topr_paper"] = LOSSES["topr"].dose  # TOPR's loss in its paper's setting (±1 rewards, no baseline)
     doses["dapo"] = Dose("clipfrac_high", "fraction of tokens at the upper clip (train/clipfrac_high)")
     for cls in CONTROLLERS.values():
         doses.update({m: d for m, d in cls.methods.items() if d is not None})
