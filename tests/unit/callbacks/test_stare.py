@@ -127,3 +127,17 @@ def test_refused_with_a_per_sequence_loss_at_start_up():
         check_controllers_and_algo([STARECallback()], Algo())
     Algo.loss = "ppo"
     check_controllers_and_algo([STARECallback()], Algo())  # accepted
+
+
+def test_the_authors_recipe_composes_with_the_controller():
+    """``algo=stare_recipe callbacks/entropy=stare``: the authors' script's clip 0.2 / 0.28, dual clip 10, token-mean,
+    no KL, dynamic sampling with up to 10 generation rounds, one optimizer step a batch; the controller at rank
+    micro_batch."""
+    from tests.helpers import compose_train
+
+    cfg = compose_train(["algo=stare_recipe", "callbacks/entropy=stare", "paths.output_dir=unused"])
+    algo, batch = cfg.algo, cfg.batch
+    assert (algo.eps_low, algo.eps_high, algo.dual_clip, algo.loss_agg, algo.kl_coef) == (0.2, 0.28, 10.0,
+                                                                                          "token-mean", 0.0)
+    assert (batch.dynamic_sampling, 1 + batch.max_sampling_rounds, batch.num_minibatches) == (True, 10, 1)
+    assert instantiate(cfg.callbacks.entropy).rank == "micro_batch"
