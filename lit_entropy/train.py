@@ -167,6 +167,25 @@ def hydra_context() -> tuple[dict[str, Any], list[str], list[str]]:
     return dict(hydra_cfg.runtime.choices), list(hydra_cfg.overrides.task), sweep
 
 
+LAB_CONTROLLERS: dict[str, str] = {"entrocraft_hard": "band", "entrocraft": "band"}
+"""Controller presets whose numbers are the lab's (nats of the Countdown task on the lab model) -> the key that holds
+them. ``callbacks/default.yaml`` picks ``entrocraft_hard``; the data presets of other tasks pick ``none``."""
+LAB_DATA = "countdown"
+
+
+def lab_controller_advice(choices: dict[str, Any], overrides: list[str]) -> str | None:
+    """A warning when a controller preset with the lab's band runs on another task with that band untouched
+    (e.g. a data preset of one's own, which does not pick ``callbacks/entropy=none`` as the shipped ones do)."""
+    controller, data = choices.get("callbacks/entropy"), choices.get("data")
+    key = LAB_CONTROLLERS.get(str(controller))
+    if key is None or data in (None, LAB_DATA) or any(o.startswith(f"callbacks.entropy.{key}") for o in overrides):
+        return None
+    return (f"callbacks/entropy={controller} keeps an entropy band set for the lab (data={LAB_DATA}, in its nats), "
+            f"and this run is data={data}: it will push the entropy toward the lab's band. Start with "
+            f"callbacks/entropy=none and look at rollout/entropy, or set callbacks.entropy.{key} for this task "
+            "(docs/controllers/overview.md)")
+
+
 def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
           resume_iteration: int | None = None) -> tuple[pl.Trainer, Any, Any]:
     """The trainer, the module and the rollout DataModule of a composed config.
@@ -199,6 +218,9 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     if callable(check_prompts):
         check_prompts(datamodule.prompts, sampler.sampling.max_new_tokens)
     choices, overrides, sweep = hydra_context()
+    advice = lab_controller_advice(choices, overrides)
+    if advice:
+        log.warning(advice)
     dashboard = RunDashboard(run_hparams(cfg, choices, overrides), varied_keys(overrides, sweep))
     # InterruptLatch: a swallowed Ctrl-C is raised again. RunDashboard last: it reads what the others logged.
     callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch(), dashboard]

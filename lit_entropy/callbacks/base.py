@@ -123,6 +123,18 @@ CONTROLLERS: dict[str, type[EntropyController]] = {}
 :attr:`~EntropyController.methods` and doses from here)."""
 
 
+FAR_PATIENCE = 10
+"""Iterations in a row the entropy may sit far from the target or band (:func:`far_from`) before one warning."""
+
+
+def far_from(entropy: float, low: float, high: float) -> bool:
+    """``entropy`` is far from the band ``[low, high]`` (a target: ``low == high``): outside it by more than the
+    larger of its width and half its centre. A controller that keeps the entropy there for :data:`FAR_PATIENCE`
+    iterations is likely set for another task or model (the lab's nats on a real LM, a paper's target on the lab)."""
+    margin = max(high - low, 0.25 * (low + high))
+    return entropy < low - margin or entropy > high + margin
+
+
 class EntropyController(pl.Callback):
     """Base class: target, progress, clamp warnings, state. Subclasses implement :meth:`control`.
 
@@ -170,6 +182,8 @@ class EntropyController(pl.Callback):
         self.samples_seen = 0
         self.clamp_run = 0
         self.clamp_warned = False
+        self.far_run = 0
+        self.far_warned = False
         self.last: dict[str, float] = {}
 
     # ---- to implement ----------------------------------------------------------------------------
@@ -228,9 +242,29 @@ class EntropyController(pl.Callback):
                 "policy can reach: an unreachable target",
             )
 
+    def note_far(self, trainer: pl.Trainer, entropy: float, target: float) -> None:
+        """Say once, in the log, when the entropy has sat far from the target or band (:func:`far_from`) for
+        :data:`FAR_PATIENCE` iterations in a row."""
+        if isinstance(self.target, BandSchedule):
+            low, high = self.target(self.progress(trainer))
+            where = f"band [{low:.3g}, {high:.3g}]"
+        else:
+            low = high = target
+            where = f"target {target:.3g}"
+        self.far_run = self.far_run + 1 if far_from(entropy, low, high) else 0
+        if self.far_run >= FAR_PATIENCE and not self.far_warned:
+            self.far_warned = True
+            log.warning(
+                "%s (%s): rollout/entropy has been far from its %s for %d iterations (now %.3g nats): a target or "
+                "band in another task's or model's nats? Set callbacks.entropy.target / band for this run, or "
+                "callbacks/entropy=none (docs/controllers/overview.md)",
+                CONFIG_PATH, type(self).__name__, where, self.far_run, entropy,
+            )
+
     def on_rollout_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch) -> None:
         entropy = float(batch.metrics["rollout/entropy"])
         target = self.target_value(trainer, entropy)
+        self.note_far(trainer, entropy, target)
         metrics = {"control/target_entropy": target, **self.control(trainer, pl_module, batch, entropy, target)}
         self.samples_seen += batch.batch_size
         self.last = metrics
@@ -242,6 +276,8 @@ class EntropyController(pl.Callback):
             "samples_seen": self.samples_seen,
             "clamp_run": self.clamp_run,
             "clamp_warned": self.clamp_warned,
+            "far_run": self.far_run,
+            "far_warned": self.far_warned,
             "last": dict(self.last),
             **self.extra_state(),
         }
@@ -251,5 +287,7 @@ class EntropyController(pl.Callback):
         self.samples_seen = state_dict["samples_seen"]
         self.clamp_run = state_dict["clamp_run"]
         self.clamp_warned = state_dict["clamp_warned"]
+        self.far_run = int(state_dict.get("far_run", 0))  # absent from checkpoints before 2026-12-05
+        self.far_warned = bool(state_dict.get("far_warned", False))
         self.last = dict(state_dict.get("last", {}))
         self.load_extra_state(state_dict)

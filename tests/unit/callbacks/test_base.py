@@ -16,7 +16,8 @@ from lit_entropy.callbacks import (
     GPPOBetaCallback,
     REPOCallback,
 )
-from lit_entropy.callbacks.base import ProgressConfig
+from lit_entropy.callbacks.base import FAR_PATIENCE, ProgressConfig, far_from
+from lit_entropy.train import lab_controller_advice
 from tests.helpers import compose_train, small_rollout_batch
 
 OUT = ["paths.output_dir=/tmp/lit-entropy-test-out"]
@@ -172,6 +173,56 @@ def test_an_old_key_on_the_command_line_is_refused_by_name():
         compose_train(["callbacks.entropy.band_start=[0.5,0.6]", *OUT])
 
 
-def test_state_dict_keys_are_unchanged():
+def test_state_dict_keys():
     cb = EntrocraftCallback(band=[0.4, 0.5])
-    assert set(cb.state_dict()) == {"first_entropy", "samples_seen", "clamp_run", "clamp_warned", "last", "generator"}
+    assert set(cb.state_dict()) == {"first_entropy", "samples_seen", "clamp_run", "clamp_warned", "far_run",
+                                    "far_warned", "last", "generator"}
+    old = {k: v for k, v in cb.state_dict().items() if not k.startswith("far_")}  # a checkpoint before 2026-12-05
+    EntrocraftCallback(band=[0.4, 0.5]).load_state_dict(old)
+
+
+def test_far_from_is_outside_by_more_than_the_width_or_half_the_centre():
+    assert not far_from(0.5, 0.45, 0.55) and not far_from(0.2, 0.45, 0.55)  # margin max(0.1, 0.25) = 0.25
+    assert far_from(0.19, 0.45, 0.55) and far_from(0.81, 0.45, 0.55)
+    assert not far_from(0.44, 0.3, 0.3) and far_from(0.46, 0.3, 0.3) and far_from(0.14, 0.3, 0.3)  # a target: half of it either side
+    assert far_from(0.72, 0.30, 0.40)  # a custom task at 0.72 nats under the lab's end band (the case)
+
+
+def test_a_run_far_from_its_band_for_ten_iterations_warns_once_and_the_count_resumes(caplog):
+    cb = EntrocraftCallback(band=[0.30, 0.40], mode="hard")
+    seen = []
+    for i in range(FAR_PATIENCE + 5):
+        batch = small_rollout_batch(0.72 if i != 3 else 0.35, [1.0, -1.0])  # one iteration inside: the count restarts
+        with caplog.at_level("WARNING", logger="lit_entropy.callbacks.base"):
+            cb.on_rollout_batch(SimpleNamespace(current_epoch=i, max_epochs=40), SimpleNamespace(), batch)
+        seen.append(sum("far from its band" in r.getMessage() for r in caplog.records))
+    assert seen.index(1) == 3 + FAR_PATIENCE  # ten far iterations after the one inside
+    assert seen[-1] == 1 and "band [0.3, 0.4]" in caplog.text and "0.72 nats" in caplog.text
+    other = EntrocraftCallback(band=[0.30, 0.40], mode="hard")
+    other.load_state_dict(cb.state_dict())
+    assert (other.far_run, other.far_warned) == (cb.far_run, True)
+
+
+@pytest.mark.parametrize("choices, overrides, warns", [
+    ({"callbacks/entropy": "entrocraft_hard", "data": "reach_target"}, [], True),  # one's own preset
+    ({"callbacks/entropy": "entrocraft", "data": "jsonl"}, ["callbacks/entropy=entrocraft"], True),
+    ({"callbacks/entropy": "entrocraft_hard", "data": "reach_target"}, ["callbacks.entropy.band.end=[0.6,0.7]"], False),
+    ({"callbacks/entropy": "entrocraft_hard", "data": "countdown"}, [], False),  # the lab itself
+    ({"callbacks/entropy": "adapo", "data": "jsonl"}, [], False),  # target "first": the run's own entropy
+    ({}, [], False),  # composed in code: no choices known
+])
+def test_the_lab_band_on_another_task_is_named_at_start_up(choices, overrides, warns):
+    advice = lab_controller_advice(choices, overrides)
+    assert bool(advice) == warns
+    if warns:
+        assert f"callbacks/entropy={choices['callbacks/entropy']}" in advice and f"data={choices['data']}" in advice
+        assert "callbacks/entropy=none" in advice
+
+
+@pytest.mark.parametrize("data", ["jsonl", "gsm8k", "math500", "arithmetic", "arithmetic_easy"])
+def test_the_shipped_tasks_other_than_the_lab_start_without_a_controller(data):
+    extra = ["data.prompts.path=unused.jsonl"] if data == "jsonl" else []
+    assert "_target_" not in compose_train([f"data={data}", *extra, *OUT]).callbacks.entropy
+    picked = compose_train([f"data={data}", *extra, "callbacks/entropy=repo_r", *OUT]).callbacks.entropy
+    assert picked._target_.endswith("REPOCallback")  # the command line still picks one
+    assert compose_train(OUT).callbacks.entropy._target_.endswith("EntrocraftCallback")  # the lab keeps its own
