@@ -255,9 +255,10 @@ class EntropyController(pl.Callback):
         if self.far_run >= FAR_PATIENCE and not self.far_warned:
             self.far_warned = True
             log.warning(
-                "%s (%s): rollout/entropy has been far from its %s for %d iterations (now %.3g nats): a target or "
-                "band in another task's or model's nats? Set callbacks.entropy.target / band for this run, or "
-                "callbacks/entropy=none (docs/controllers/overview.md)",
+                "%s (%s): rollout/entropy has been far from its %s for %d iterations (now %.3g nats), so the "
+                "controller is not holding it: a target or band in another task's or model's nats, or a lever too "
+                "weak for this run? Set callbacks.entropy.target / band for this run, or callbacks/entropy=none "
+                "(docs/controllers/overview.md)",
                 CONFIG_PATH, type(self).__name__, where, self.far_run, entropy,
             )
 
