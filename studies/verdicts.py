@@ -11,6 +11,11 @@ replacement; :func:`bootstrap_interval`) or a paired t interval (:func:`t_interv
 * the interval above 0 in the claimed direction: *reproduced*;
 * otherwise *not reproduced*: the interval excludes 0 against the claim, or includes 0.
 
+With the rule ``kind: sign_flip`` the label comes from a test instead (:func:`label_by_test`): each claim's exact
+one-sided paired sign-flip p-value (:func:`studies.significance.sign_flip_p`), adjusted by Holm across every claim
+the report judges (the family is fixed by the protocol, not by the outcomes); *reproduced* when the adjusted p is
+at most ``alpha``; the paired t interval is printed beside it.
+
 :func:`verdict_report` prints :func:`rule_text` above the table, so that the page says which rule made it.
 """
 
@@ -22,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from studies.dose import METHOD_DOSE, NOT_TESTED, dose_given
+from studies.significance import holm, sign_flip_p
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 DIRECTIONS = ("higher", "lower")
-INTERVALS = ("bootstrap", "t")
+INTERVALS = ("bootstrap", "t", "sign_flip")
+CORRECTIONS = ("holm", "none")
 
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
          11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
@@ -48,23 +55,35 @@ class Claim:
 
 @dataclass(frozen=True)
 class IntervalRule:
-    """How the interval is made: ``bootstrap`` (``resamples``, ``seed``) or ``t``, at ``level``."""
+    """How a claim is labelled: by an interval, ``bootstrap`` (``resamples``, ``seed``) or ``t``, at ``level``; or by
+    the test ``sign_flip`` at ``alpha`` with the multiplicity ``correction`` (``holm`` or ``none``), its t interval
+    printed beside it."""
 
     kind: str = "bootstrap"
     resamples: int = 10_000
     seed: int = 0
     level: float = 0.95
+    alpha: float = 0.05
+    correction: str = "holm"
 
     def __post_init__(self) -> None:
         if self.kind not in INTERVALS:
             raise ValueError(f"interval={self.kind!r}; choose one of {INTERVALS}")
-        if self.kind == "t" and self.level != 0.95:
+        if self.kind in ("t", "sign_flip") and self.level != 0.95:
             raise ValueError("the t interval is tabulated at level 0.95 only")
         if not 0 < self.level < 1 or self.resamples < 1:
             raise ValueError(f"interval level {self.level} must be in (0, 1) and resamples {self.resamples} >= 1")
+        if not 0 < self.alpha < 1 or self.correction not in CORRECTIONS:
+            raise ValueError(f"alpha {self.alpha} must be in (0, 1) and correction {self.correction!r} one of "
+                             f"{CORRECTIONS}")
+
+    @property
+    def is_test(self) -> bool:
+        """Labels come from a p-value (``sign_flip``), not from an interval."""
+        return self.kind == "sign_flip"
 
     def interval(self, diffs: list[float]) -> tuple[float, float]:
-        if self.kind == "t":
+        if self.kind in ("t", "sign_flip"):
             return t_interval(diffs)
         return bootstrap_interval(diffs, self.resamples, self.seed, self.level)
 
@@ -113,6 +132,15 @@ def label(lo: float, hi: float, direction: str, dosed: bool | None) -> tuple[str
     return NOT_REPRODUCED, "interval includes 0"
 
 
+def label_by_test(p_adjusted: float, alpha: float, dosed: bool | None) -> tuple[str, str]:
+    """``(label, reason)`` of one claim from its multiplicity-adjusted one-sided p-value (rule ``sign_flip``)."""
+    if dosed is not True:
+        return NOT_TESTED, "dose under its threshold" if dosed is False else "no dose logged"
+    if p_adjusted <= alpha:
+        return REPRODUCED, f"adjusted p <= {alpha:g}"
+    return NOT_REPRODUCED, f"adjusted p > {alpha:g}"
+
+
 @dataclass
 class Verdict:
     """One method's verdict on one claim."""
@@ -126,6 +154,10 @@ class Verdict:
     label: str
     reason: str
     setting: str = ""
+    p: float | None = None
+    """Rule ``sign_flip``: the exact one-sided p-value of the claim."""
+    p_adjusted: float | None = None
+    """Rule ``sign_flip``: that p-value adjusted across the report's claims (Holm), which the label reads."""
 
 
 def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dict[str, list[Claim]],
@@ -137,6 +169,7 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
     rule = rule or IntervalRule()
     base = runs.get(baseline, {})
     out = []
+    dosed_of: dict[tuple[str, Claim], bool | None] = {}  # rule sign_flip: labelled after the adjustment
     for method, claimed in claims.items():
         if method == baseline:
             continue
@@ -156,14 +189,41 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
                 continue
             lo, hi = rule.interval(diffs)
             text, reason = label(lo, hi, claim.direction, dosed)
-            out.append(Verdict(method, claim, seeds, statistics.mean(diffs), (lo, hi), dose, text, reason,
-                               (settings or {}).get(method, "")))
+            v = Verdict(method, claim, seeds, statistics.mean(diffs), (lo, hi), dose, text, reason,
+                        (settings or {}).get(method, ""))
+            if rule.is_test:
+                v.p = sign_flip_p(diffs, claim.direction)
+                dosed_of[(method, claim)] = dosed
+            out.append(v)
+    if rule.is_test:
+        _adjust(out, rule, dosed_of)
     return out
+
+
+def _adjust(verdicts: list[Verdict], rule: IntervalRule, dosed: dict[tuple[str, Claim], bool | None]) -> None:
+    """Holm (or no correction) across every claim with a p-value, then each claim's label from its adjusted p."""
+    tested = {(v.method, v.claim): v for v in verdicts if v.p is not None}
+    if rule.correction == "holm":
+        adjusted = {key: p for key, (p, _) in holm({k: v.p for k, v in tested.items()}, rule.alpha).items()}
+    else:
+        adjusted = {k: v.p for k, v in tested.items()}
+    for key, v in tested.items():
+        v.p_adjusted = adjusted[key]
+        v.label, v.reason = label_by_test(v.p_adjusted, rule.alpha, dosed[key])
 
 
 def rule_text(baseline: str, rule: IntervalRule | None = None) -> str:
     """The labelling rule in words, with its parameters (printed above the verdict table)."""
     rule = rule or IntervalRule()
+    if rule.is_test:
+        family = "adjusted by Holm across every claim below" if rule.correction == "holm" else "not adjusted"
+        return (f"**Labelling rule** (studies/verdicts.py). For each claim, the difference to `{baseline}` on each "
+                f"evaluation seed both finished (paired by seed), and its exact one-sided sign-flip p-value (the share "
+                f"of the 2^n sign assignments of the differences whose mean reaches the observed one in the claimed "
+                f"direction), {family}. *{REPRODUCED}*: the adjusted p is at most {rule.alpha:g} and the method got "
+                f"its dose. *{NOT_REPRODUCED}*: the method got its dose and the adjusted p is above {rule.alpha:g}. "
+                f"*{NOT_TESTED}*: the method's dose (the `dose` column) is under its threshold or was not logged, "
+                "whatever the test. The 95 % interval is the paired t interval, for scale; it does not decide.")
     how = (f"a percentile bootstrap of the mean difference ({rule.resamples:,} resamples of the seeds, "
            f"numpy generator seed {rule.seed})" if rule.kind == "bootstrap" else "a paired t interval")
     return (f"**Labelling rule** (studies/verdicts.py). For each claim, the difference to `{baseline}` "
@@ -176,16 +236,23 @@ def rule_text(baseline: str, rule: IntervalRule | None = None) -> str:
 
 def verdict_table(verdicts: list[Verdict]) -> str:
     """The Markdown table: one row per method and claim."""
-    lines = ["| method | setting | dose | claim | seeds | Δ vs baseline (mean) | 95 % interval | label | why |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    tested = any(v.p is not None for v in verdicts)
+    extra = " p (one-sided) | adjusted p |" if tested else ""
+    lines = ["| method | setting | dose | claim | seeds | Δ vs baseline (mean) | 95 % interval |" + extra + " label | why |",
+             "|---|---|---|---|---|---|---|" + ("---|---|" if tested else "") + "---|---|"]
     for v in verdicts:
         sign = ">" if v.claim.direction == "higher" else "<"
         mean = f"{v.mean:+.3f}" if v.mean is not None else "—"
         ci = f"[{v.interval[0]:+.3f}, {v.interval[1]:+.3f}]" if v.interval else "—"
         dose = f"{v.dose:.4f}" if v.dose is not None else "—"
+        ps = (f" {_p(v.p)} | {_p(v.p_adjusted)} |" if tested else "")
         lines.append(f"| {v.method} | {v.setting or '—'} | {dose} | {v.claim.metric} {sign} baseline | "
-                     f"{len(v.seeds)} | {mean} | {ci} | **{v.label}** | {v.reason} |")
+                     f"{len(v.seeds)} | {mean} | {ci} |{ps} **{v.label}** | {v.reason} |")
     return "\n".join(lines)
+
+
+def _p(p: float | None) -> str:
+    return "—" if p is None else f"{p:.4f}"
 
 
 def verdict_report(verdicts: list[Verdict], baseline: str, rule: IntervalRule | None = None) -> str:

@@ -99,3 +99,58 @@ def test_too_few_paired_seeds_get_no_verdict_and_the_report_prints_the_rule() ->
     assert len(table.splitlines()) == 3  # the baseline is not judged against itself
     with pytest.raises(ValueError, match="direction"):
         Claim("pass@64", "up")
+
+
+SIGN_FLIP = IntervalRule(kind="sign_flip")
+
+
+def _many(n_methods: int, deltas: list[float], seeds: int = 8) -> dict:
+    """GRPO and ``n_methods`` methods, each at GRPO + delta_s on seed s."""
+    base = [0.4 + 0.01 * (s % 3) for s in range(seeds)]
+    runs = {"grpo": {s: {"pass@64": base[s], "dose": None} for s in range(seeds)}}
+    for m in range(n_methods):
+        runs[f"m{m}"] = {s: {"pass@64": base[s] + deltas[s], "dose": 0.01} for s in range(seeds)}
+    return runs
+
+
+def test_sign_flip_three_agreeing_seeds_are_not_reproduced_the_degenerate_case() -> None:
+    """Three seeds that agree (what the bootstrap called reproduced: its interval is [min, max]) give p = 1/8."""
+    runs = _runs([0.05, 0.02, 0.04, 0.0, 0.0])
+    for r in runs.values():
+        for s in (3, 4):
+            r.pop(s)
+    assert _one(runs).label == REPRODUCED  # the percentile bootstrap of three values
+    v = _one(runs, rule=SIGN_FLIP)
+    assert (v.p, v.p_adjusted, v.label) == (0.125, 0.125, NOT_REPRODUCED) and v.reason == "adjusted p > 0.05"
+
+
+def test_sign_flip_with_holm_across_the_reports_claims() -> None:
+    """Eight seeds all agreeing: p = 1/256 each. Alone it survives; among 16 claims Holm needs 0.05/16 = 0.003125
+    of the smallest, and 1/256 = 0.0039 misses it: the seeds and the claims are chosen together."""
+    gain = [0.05, 0.02, 0.04, 0.03, 0.06, 0.01, 0.02, 0.03]
+    [alone] = judge(_many(1, gain), "grpo", {"m0": [Claim("pass@64")]}, SIGN_FLIP)
+    assert alone.p == 1 / 256 and alone.label == REPRODUCED
+    claims = {f"m{m}": [Claim("pass@64")] for m in range(16)}
+    crowd = judge(_many(16, gain), "grpo", claims, SIGN_FLIP)
+    assert all(v.p == 1 / 256 and v.p_adjusted == pytest.approx(16 / 256) and v.label == NOT_REPRODUCED
+               for v in crowd)
+    assert all(v.label == REPRODUCED for v in judge(_many(16, [*gain, 0.02], seeds=9), "grpo", claims, SIGN_FLIP))
+    uncorrected = judge(_many(16, gain), "grpo", claims, IntervalRule(kind="sign_flip", correction="none"))
+    assert all(v.label == REPRODUCED for v in uncorrected)
+
+
+def test_sign_flip_labels_a_claim_that_falls_and_keeps_the_dose_rule() -> None:
+    v = _one(_runs([-0.10, -0.12, -0.08, -0.11, -0.09]), direction="lower", rule=SIGN_FLIP)
+    assert v.p == 1 / 32 and v.label == REPRODUCED and v.interval[1] < 0  # the t interval, printed for scale
+    assert _one(_runs([0.10] * 5, dose=0.0), rule=SIGN_FLIP).label == NOT_TESTED
+
+
+def test_sign_flip_report_prints_its_rule_and_the_p_columns() -> None:
+    verdicts = judge(_many(2, [0.05] * 8), "grpo", {"m0": [Claim("pass@64")], "m1": [Claim("pass@64")]}, SIGN_FLIP)
+    first, table = verdict_report(verdicts, "grpo", SIGN_FLIP).split("\n\n")
+    assert "sign-flip" in first and "Holm" in first and "does not decide" in first
+    header, _, row = table.splitlines()[:3]
+    assert "| p (one-sided) | adjusted p |" in header
+    assert "| 0.0039 | 0.0078 | **reproduced** |" in row
+    with pytest.raises(ValueError, match="correction"):
+        IntervalRule(kind="sign_flip", correction="bonferroni")
