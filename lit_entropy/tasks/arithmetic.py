@@ -10,7 +10,11 @@ operators and whether negative results are allowed; ``style`` words it (:mod:`li
 **Splits.** A problem's side is a hash of its canonical form (the sorted terms added and subtracted), so
 ``a + b`` and ``b + a``, or a story and its expression, share a side. ``held_out_fraction`` of the space is held
 out: the training stream rejects those problems as it draws them, so it can never emit one, and the held-out
-stream draws only them. The ``transfer`` split has more operands than training ever uses.
+stream draws only them. ``tuning_share`` of the held-out side (by a second, independent hash) is the ``tuning``
+split instead, for calibration and tuning alone: disjoint from the evaluation's ``held_out`` and from training by
+the same construction. The ``transfer`` split has more operands than training ever uses. The ``retention`` split
+(``retention: true``) holds kinds of problem the task never trains (products and exact quotients of small numbers,
+several wordings, digits or words): what training on sums does to what the model could already do.
 
 The verifier never evaluates the completion: it takes the last ``\\boxed{...}`` if there is one, else the
 last number in the text, parses it as an integer by hand (``1,234``, ``-7``, ``12.0`` accepted) and compares
@@ -26,15 +30,17 @@ import re
 from dataclasses import dataclass, field
 
 from lit_entropy.rewards.runner import trusted_reward
-from lit_entropy.tasks.arithmetic_text import PHRASINGS, STYLES, phrase
+from lit_entropy.tasks.arithmetic_text import PHRASINGS, RETENTION_KINDS, STYLES, phrase, retention_text
 
 OPS = ("+", "-", "*")
-SPLITS = ("train", "held_out", "transfer")
+SPLITS = ("train", "held_out", "tuning", "transfer", "retention")
 MAX_COMPLETION_CHARS = 20_000
 """Completions are cut to their last this-many characters before parsing (the answer sits at the end)."""
 MAX_ANSWER_DIGITS = 18
 SPLIT_SALT = "lit-entropy-arithmetic-split-v1"
 """Part of the split's hash: fixed, so every run and every seed puts a problem on the same side."""
+TUNING_SALT = "lit-entropy-arithmetic-tuning-v1"
+"""The second hash, which cuts the held-out side into ``tuning`` and ``held_out`` independently of the first."""
 
 _BOXED = re.compile(r"\\boxed\s*\{")
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\w|,\d|\.\d)")
@@ -84,6 +90,12 @@ class ArithmeticConfig:
     never draws a problem from that side. 0: no split (every problem is a training problem)."""
     transfer_extra_operands: int = 1
     """The transfer split's problems have this many operands more than training's largest count."""
+    tuning_share: float = 0.0
+    """Share of the held-out side that is the ``tuning`` split (calibration and tuning read it, the evaluation's
+    ``held_out`` never holds it); 0: no tuning split, the held-out side as before."""
+    retention: bool = False
+    """Evaluate the ``retention`` split too: products and exact quotients of 2..12, which training never draws
+    (refused when ``ops`` has ``*``: products would then be trained)."""
 
     def __post_init__(self) -> None:
         counts = self.operand_counts
@@ -108,6 +120,11 @@ class ArithmeticConfig:
             raise ValueError(f"held_out_fraction must be in [0, 1), got {self.held_out_fraction}")
         if not 1 <= self.transfer_extra_operands <= 4:
             raise ValueError(f"transfer_extra_operands must be in 1..4, got {self.transfer_extra_operands}")
+        if not 0.0 <= self.tuning_share < 1.0 or (self.tuning_share > 0 and self.held_out_fraction <= 0):
+            raise ValueError(f"tuning_share must be in [0, 1) and needs held_out_fraction > 0, got "
+                             f"{self.tuning_share} (held_out_fraction {self.held_out_fraction})")
+        if self.retention and "*" in self.ops:
+            raise ValueError(f"retention: true needs training without products, but ops={self.ops!r} has '*'")
 
     @property
     def operand_counts(self) -> tuple[int, ...]:
@@ -140,6 +157,8 @@ def _signed_terms(operands: tuple[int, ...], ops: tuple[str, ...]) -> list[tuple
     """``(sign, (value, factors))`` of each term of the sum, ``*`` binding tighter."""
     terms: list[tuple[int, tuple[int, list[int]]]] = [(1, (operands[0], [operands[0]]))]
     for op, b in zip(ops, operands[1:], strict=True):
+        if op not in OPS:
+            raise ValueError(f"no canonical form for the operator {op!r} (a retention problem has none)")
         if op == "*":
             sign, (value, factors) = terms[-1]
             terms[-1] = (sign, (value * b, [*factors, b]))
@@ -160,13 +179,18 @@ def _term_key(term: str) -> tuple[int, ...]:
     return tuple(int(f) for f in term.split("*"))
 
 
-def split_of(canonical: str, held_out_fraction: float) -> str:
-    """``held_out`` or ``train``: a hash of the canonical form against ``held_out_fraction`` (fixed salt, so the
-    side of a problem never depends on a seed, a run or the Python process)."""
-    if held_out_fraction <= 0:
+def _unit(salt: str, canonical: str) -> float:
+    """A number in [0, 1) that only ``salt`` and ``canonical`` decide."""
+    return int.from_bytes(hashlib.sha256(f"{salt}:{canonical}".encode()).digest()[:8], "big") / 2**64
+
+
+def split_of(canonical: str, held_out_fraction: float, tuning_share: float = 0.0) -> str:
+    """``train``, ``held_out`` or ``tuning``: a hash of the canonical form against ``held_out_fraction``, then a
+    second hash of the held-out ones against ``tuning_share`` (fixed salts, so the side of a problem never depends
+    on a seed, a run or the Python process; with ``tuning_share`` 0 the held-out side is as before)."""
+    if held_out_fraction <= 0 or _unit(SPLIT_SALT, canonical) >= held_out_fraction:
         return "train"
-    digest = hashlib.sha256(f"{SPLIT_SALT}:{canonical}".encode()).digest()
-    return "held_out" if int.from_bytes(digest[:8], "big") / 2**64 < held_out_fraction else "train"
+    return "tuning" if tuning_share > 0 and _unit(TUNING_SALT, canonical) < tuning_share else "held_out"
 
 
 def _draw(rng: random.Random, cfg: ArithmeticConfig, count: int) -> ArithmeticProblem | None:
@@ -190,7 +214,11 @@ def generate_problems(n: int, seed: int, config: ArithmeticConfig, split: str = 
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if split == "held_out" and config.held_out_fraction <= 0:
         raise ValueError("this task has no held-out split (held_out_fraction=0)")
+    if split == "tuning" and config.tuning_share <= 0:
+        raise ValueError("this task has no tuning split (tuning_share=0)")
     rng = random.Random(f"arithmetic:{seed}" if split == "train" else f"arithmetic:{split}:{seed}")
+    if split == "retention":
+        return [retention_problem(rng) for _ in range(n)]
     counts = config.operand_counts
     if split == "transfer":
         counts = (counts[-1] + config.transfer_extra_operands,)
@@ -204,10 +232,20 @@ def generate_problems(n: int, seed: int, config: ArithmeticConfig, split: str = 
         problem = _draw(rng, config, count)
         if problem is None:
             continue
-        if split != "transfer" and split_of(problem.canonical, config.held_out_fraction) != split:
+        if split != "transfer" and split_of(problem.canonical, config.held_out_fraction, config.tuning_share) != split:
             continue
         out.append(problem)
     return out
+
+
+def retention_problem(rng: random.Random) -> ArithmeticProblem:
+    """One problem of a kind the task never trains: ``a × b`` or ``(a·b) ÷ b`` with ``a, b`` in 2..12, worded by
+    :func:`~lit_entropy.tasks.arithmetic_text.retention_text` (digits or words, several forms)."""
+    kind = rng.choice(RETENTION_KINDS)
+    a, b = rng.randint(2, 12), rng.randint(2, 12)
+    if kind == "product":
+        return ArithmeticProblem((a, b), ("*",), a * b, retention_text(rng, kind, a, b))
+    return ArithmeticProblem((a * b, b), ("/",), a, retention_text(rng, kind, a * b, b))
 
 
 def count_problems(config: ArithmeticConfig) -> int:

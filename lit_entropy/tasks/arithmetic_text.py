@@ -11,7 +11,8 @@ generator never uses. So every style has several openers, verbs and questions, d
   23 more. She gives 18 to a friend. How many stamps does Maya have now?" (``+`` and ``-`` only).
 * ``steps``: spoken instructions: "Start with 47. Add 23. Subtract 18. What number do you get?"
 
-Every text contains each operand in decimal, in order, so the answer depends on nothing but the numbers.
+Every text contains each operand in decimal, in order, so the answer depends on nothing but the numbers. The
+retention split's products and quotients (:func:`retention_text`) may also spell them in words.
 """
 
 from __future__ import annotations
@@ -104,3 +105,38 @@ def _story(rng: random.Random, operands: tuple[int, ...], ops: tuple[str, ...]) 
         sentences.append(rng.choice(pool)[tense].format(x=b, **fields))
     sentences.append(rng.choice(STORY_QUESTIONS)[tense].format(**fields))
     return " ".join(sentences)
+
+
+# --------------------------------------------------------------------------- the retention split
+
+RETENTION_KINDS = ("product", "quotient")
+"""Kinds of problem the training task never draws (it trains sums and differences)."""
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+TENS_WORDS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+PRODUCT_FORMS = ("What is {a} × {b}?", "What is {a} times {b}?", "Multiply {a} by {b}.", "Compute {a} * {b}.",
+                 "{name} has {a} bags with {b} {thing}s in each bag. How many {thing}s does {name} have?",
+                 "There are {a} rows of {thing}s with {b} in each row. How many {thing}s are there?")
+QUOTIENT_FORMS = ("What is {a} ÷ {b}?", "What is {a} divided by {b}?", "Divide {a} by {b}.", "Compute {a} / {b}.",
+                  "{name} shares {a} {thing}s equally among {b} friends. How many {thing}s does each friend get?",
+                  "{a} {thing}s are packed into {b} equal boxes. How many {thing}s are in each box?")
+
+
+def number_in_words(x: int) -> str:
+    """``x`` (0..999) in English words: ``seventy-two``, ``one hundred and forty-four``."""
+    if not 0 <= x <= 999:
+        raise ValueError(f"number_in_words covers 0..999, got {x}")
+    if x >= 100:
+        rest = x % 100
+        return f"{NUMBER_WORDS[x // 100]} hundred" + (f" and {number_in_words(rest)}" if rest else "")
+    if x < 20:
+        return NUMBER_WORDS[x]
+    return TENS_WORDS[x // 10] + (f"-{NUMBER_WORDS[x % 10]}" if x % 10 else "")
+
+
+def retention_text(rng: random.Random, kind: str, a: int, b: int) -> str:
+    """The question of a retention problem (``a × b``, or ``a ÷ b`` exactly), in one of several forms, its
+    numbers in digits or, a third of the time, in words ("What is seven times eight?")."""
+    forms = {"product": PRODUCT_FORMS, "quotient": QUOTIENT_FORMS}[kind]
+    x, y = (number_in_words(a), number_in_words(b)) if rng.randrange(3) == 0 else (a, b)
+    return rng.choice(forms).format(a=x, b=y, name=rng.choice(NAMES), thing=rng.choice(THINGS))

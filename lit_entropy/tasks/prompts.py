@@ -52,7 +52,9 @@ class ArithmeticPrompts(PromptSource):
 
     ``sample`` draws training problems only (never one of the held-out side, when the task has a split);
     ``eval_splits`` gives the evaluation problems: ``held_out`` (the other side of the split, when there is
-    one) and ``transfer`` (more operands than training uses), drawn under a fixed seed of their own."""
+    one) and ``transfer`` (more operands than training uses), drawn under a fixed seed of their own; with the
+    task's ``tuning_share`` also ``tuning`` (held out, apart from ``held_out``: for calibration and tuning) and with
+    ``retention`` the ``retention`` split (kinds of problem never trained)."""
 
     def __init__(self, task: Any = None, seed: int = 1234, answer_format: str = "boxed", require_boxed: bool = False):
         from lit_entropy.tasks.arithmetic import ANSWER_FORMATS, ArithmeticConfig, arithmetic_reward
@@ -70,7 +72,7 @@ class ArithmeticPrompts(PromptSource):
         return self.problems(n, random.Random(key).randrange(2**31), "train")
 
     def problems(self, n: int, seed: int, split: str) -> list[Prompt]:
-        """``n`` prompts of ``split`` (``train``, ``held_out``, ``transfer``) under ``seed``."""
+        """``n`` prompts of ``split`` (``train``, ``held_out``, ``tuning``, ``transfer``, ``retention``) under ``seed``."""
         from lit_entropy.tasks.arithmetic import format_prompt, generate_problems
 
         return [Prompt(format_prompt(p, self.answer_format), reference=p.answer)
@@ -78,9 +80,10 @@ class ArithmeticPrompts(PromptSource):
 
     def eval_splits(self, n: int, seed: int = 0) -> dict[str, list[Prompt]]:
         """``n`` evaluation problems per split: ``held_out`` (only when the task holds a share out: disjoint from
-        every training problem by construction) and ``transfer``. ``seed`` is the evaluation's own, not the run's:
+        every training problem by construction) and ``transfer``, then ``tuning`` and ``retention`` when on. ``seed`` is the evaluation's own, not the run's:
         every seed of a study is evaluated on the same problems."""
         splits = ("held_out", "transfer") if self.task.held_out_fraction > 0 else ("transfer",)
+        splits += ("tuning",) * (self.task.tuning_share > 0) + ("retention",) * self.task.retention
         return {split: self.problems(n, seed, split) for split in splits}
 
     @staticmethod

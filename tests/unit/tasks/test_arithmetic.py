@@ -203,3 +203,60 @@ def test_mixed_answer_format_keeps_one_instruction_per_problem():
     prompts = [format_prompt(p, "mixed") for p in problems]
     assert prompts == [format_prompt(p, "mixed") for p in problems]
     assert {p.splitlines()[-1] for p in prompts} == {ANSWER_FORMATS["number"], ANSWER_FORMATS["boxed"]}
+
+
+def test_the_tuning_split_is_apart_from_the_evaluation_and_from_training():
+    """Issue 77: calibration and tuning read a held-out set of their own; the evaluation's ``held_out`` never holds
+    one of its problems, nor does training (by canonical form, so not reordered or reworded either)."""
+    cfg = ArithmeticConfig(**{**DEFAULT_TASK, "tuning_share": 0.5})
+    train = {p.canonical for seed in range(2) for p in generate_problems(20_000, seed, cfg)}
+    held = {p.canonical for p in generate_problems(1_000, 0, cfg, split="held_out")}
+    tuning = {p.canonical for p in generate_problems(1_000, 0, cfg, split="tuning")}
+    assert len(held) > 500 and len(tuning) > 500
+    assert not held & tuning and not train & held and not train & tuning
+    assert all(split_of(c, cfg.held_out_fraction, cfg.tuning_share) == "tuning" for c in tuning)
+    # with no tuning share the held-out side is what it was, and training is the same either way
+    plain = ArithmeticConfig(**DEFAULT_TASK)
+    assert generate_problems(300, 3, plain) == generate_problems(300, 3, cfg)
+    assert all(split_of(c, plain.held_out_fraction) == "held_out" for c in held | tuning)
+    share = len([c for c in held | tuning if c in tuning]) / len(held | tuning)
+    assert 0.4 < share < 0.6  # the second hash cuts the held-out side about at tuning_share
+    with pytest.raises(ValueError, match="no tuning split"):
+        generate_problems(1, 0, plain, split="tuning")
+    with pytest.raises(ValueError, match="tuning_share"):
+        ArithmeticConfig(held_out_fraction=0.0, tuning_share=0.5)
+
+
+def test_the_retention_split_holds_kinds_training_never_draws():
+    from lit_entropy.tasks.arithmetic_text import number_in_words
+
+    cfg = ArithmeticConfig(**{**DEFAULT_TASK, "retention": True})
+    problems = generate_problems(600, 0, cfg, split="retention")
+    assert problems == generate_problems(600, 0, cfg, split="retention")  # seeded
+    kinds = {p.ops for p in problems}
+    assert kinds == {("*",), ("/",)}
+    for p in problems:
+        a, b = p.operands
+        assert p.answer == (a * b if p.ops == ("*",) else a // b) and (p.ops == ("*",) or a % b == 0)
+        assert all(str(x) in p.text or number_in_words(x) in p.text for x in (a, b))
+    texts = {p.text.split(" ")[0] for p in problems}
+    assert len(texts) >= 8  # several wordings
+    assert any("times" in p.text and any(w in p.text for w in ("seven", "eight", "nine")) for p in problems)
+    train_ops = {op for seed in range(3) for p in generate_problems(2_000, seed, cfg) for op in p.ops}
+    assert train_ops <= {"+", "-"}  # products and quotients never trained
+    assert [number_in_words(x) for x in (7, 20, 72, 100, 144)] == [
+        "seven", "twenty", "seventy-two", "one hundred", "one hundred and forty-four"]
+    with pytest.raises(ValueError, match="retention"):
+        ArithmeticConfig(ops="+*", style="expression", retention=True)
+    quotient = next(p for p in problems if p.ops == ("/",))
+    with pytest.raises(ValueError, match="canonical"):
+        _ = quotient.canonical  # no split hash for a kind the task never trains
+
+
+def test_eval_splits_add_tuning_and_retention_when_asked():
+    both = ArithmeticPrompts({**DEFAULT_TASK, "tuning_share": 0.5, "retention": True})
+    splits = both.eval_splits(8)
+    assert list(splits) == ["held_out", "transfer", "tuning", "retention"]
+    assert all(len(v) == 8 and all(isinstance(p.reference, int) for p in v) for v in splits.values())
+    assert [p.text for p in splits["retention"]] == [p.text for p in both.eval_splits(8)["retention"]]
+    assert all(arithmetic_reward("", str(p.reference), p.reference) == 1.0 for p in splits["retention"])
