@@ -270,3 +270,18 @@ def test_the_real_lm_tables_in_docs_results_are_the_shipped_reports() -> None:
     for name, prefix in (("claims", "| seed | claim | cell"), ("law", "| cell | seed | law R²"),
                          ("lab", "| method | claim | lab:")):
         assert on_page(name) == block(prefix), name
+
+
+def test_the_real_lm_preset_trains_at_the_studys_calibrated_learning_rate(tmp_path: Path) -> None:
+    """``experiment=real_lm`` follows the evidence: its learning rate is GRPO's pick of the real-LM protocol's
+    calibration, as the shipped records make it (issue 77)."""
+    from studies.protocol import load_protocol, pick
+    from studies.records import import_records
+    from tests.helpers import compose_train
+
+    protocol = load_protocol(ROOT / "conf" / "protocol" / "real_lm.yaml")
+    import_records(ROOT / "docs" / "data" / "real_lm_protocol.json.gz", tmp_path)
+    [picked] = pick(protocol, tmp_path / "tune")["methods"]["grpo"]["overrides"]
+    assert picked.startswith("optim.lr=")
+    preset = compose_train(["experiment=real_lm", "paths.output_dir=unused"])
+    assert preset.optim.lr == float(picked.split("=")[1]) == 2e-5
