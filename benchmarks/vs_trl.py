@@ -12,7 +12,7 @@ generating thread with ``--override rollout.engine_cores=[N]``. ``real_vllm`` is
 (``experiment=real_lm`` without its periodic evaluation): SmolLM2-135M-Instruct, 8 arithmetic prompts x 8
 completions in its chat template, at most 160 new tokens, bf16 autocast over fp32 weights, a bf16 vLLM engine
 (compiled on both sides: TRL builds it without ``enforce_eager``), token-level truncated importance sampling at
-2 (TRL ``vllm_importance_sampling_mode="token_truncate"``), AdamW lr 5e-6, 2 optimizer steps of 32 rows in
+2 (TRL ``vllm_importance_sampling_mode="token_truncate"``), AdamW at the preset's learning rate, 2 optimizer steps of 32 rows in
 micro-batches of 8.
 
 Runs are interleaved (ours, TRL, ours, TRL, ...) per setting, each a fresh interpreter
