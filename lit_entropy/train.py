@@ -186,6 +186,14 @@ def lab_controller_advice(choices: dict[str, Any], overrides: list[str]) -> str 
             "(docs/controllers/overview.md)")
 
 
+def lightning_checkpointing(callbacks: list[Any]) -> dict[str, Any]:
+    """``enable_checkpointing=False`` when no checkpoint callback is attached (``~callbacks.checkpoint``): Lightning
+    would otherwise add its own, which writes a whole checkpoint (1.6 GB for SmolLM2) after every epoch."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return {} if any(isinstance(c, ModelCheckpoint) for c in callbacks) else {"enable_checkpointing": False}
+
+
 def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
           resume_iteration: int | None = None) -> tuple[pl.Trainer, Any, Any]:
     """The trainer, the module and the rollout DataModule of a composed config.
@@ -229,7 +237,8 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
                          _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step, resume_iteration)
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                                      **lightning_checkpointing(callbacks))
     if loggers:
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))

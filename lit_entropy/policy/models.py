@@ -164,7 +164,8 @@ class TinyLabPolicy:
                 raise ValueError(
                     f"model=tiny_countdown (the lab's character model) cannot read these prompts: prompt {i} "
                     f"{prompt.text[:60]!r} has characters outside its alphabet {tok.alphabet!r}: {unknown[:10]}; "
-                    "use model=hf with a real tokenizer (docs/usage.md, 'Real Hugging Face models')")
+                    "use a model with a real tokenizer: model=smollm2_135m (offline, from make setup) or model=hf "
+                    "(docs/custom_task.md#which-model-reads-what)")
             need = 1 + len(prompt.text) + max_new_tokens  # BOS, the prompt, the completion
             if need > context:
                 raise ValueError(

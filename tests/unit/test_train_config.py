@@ -189,3 +189,12 @@ def test_a_target_that_does_not_import_names_its_key_module_and_the_path_fix():
     with pytest.raises(ImportError, match="data.prompts._target_=no_such_task_module.MyPrompts") as err:
         fit(cfg)
     assert "No module named 'no_such_task_module'" in str(err.value) and "PYTHONPATH" in str(err.value)
+
+
+def test_lightnings_own_checkpoint_is_off_when_ours_is_removed():
+    """``~callbacks.checkpoint``: no checkpoint at all, not Lightning's default one (a whole pickle every epoch)."""
+    from lit_entropy.callbacks.checkpoint import IterationCheckpoint
+    from lit_entropy.train import lightning_checkpointing
+
+    assert lightning_checkpointing([]) == {"enable_checkpointing": False}
+    assert lightning_checkpointing([IterationCheckpoint(dirpath="unused")]) == {}

@@ -90,7 +90,7 @@ class FixedPrompts:
 def test_the_character_model_refuses_prompts_it_cannot_read_or_fit():
     spec = TinyLabPolicy()
     spec.check_prompts(FixedPrompts("3,5,2=16:", "9,9,9=99:"), max_new_tokens=16)
-    with pytest.raises(ValueError, match=r"prompt 1 .*outside its alphabet.*\[' ', 'J', 'a', 'e', 'h'.*model=hf"):
+    with pytest.raises(ValueError, match=r"prompt 1 .*outside its alphabet.*\[' ', 'J', 'a', 'e', 'h'.*model=smollm2_135m.*model=hf"):
         spec.check_prompts(FixedPrompts("3,5,2=16:", "Jane has 3 apples"), max_new_tokens=16)
     with pytest.raises(ValueError, match=r"needs 70 positions.*rollout.max_new_tokens=60.*max_position_embeddings=64"):
         spec.check_prompts(FixedPrompts("3,5,2=16:"), max_new_tokens=60)
