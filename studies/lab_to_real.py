@@ -20,6 +20,10 @@ from studies.verdicts import NOT_REPRODUCED, REPRODUCED, Verdict
 
 METRIC_MAP = {"pass@1": "ho_pass@1", "pass@64": "ho_pass@64", "h_final": "h_final"}
 """The lab's claim metrics and the real-LM study's metric of the same meaning (held-out, disjoint split)."""
+METHOD_MAP = {"stare_iteration": "stare", "stare": None}
+"""Lab methods that ran another rule than the real-LM study's method of the same name -> the real-LM method they match
+(None: none). The real-LM study's STARE ran ``rank: iteration``, the lab's ``stare_iteration`` row; the lab's ``stare``
+ranks per micro-batch on the current policy since 2026-12-05 (docs/controllers/stare.md)."""
 
 
 def outcome(lab: Verdict, real: Verdict) -> str:
@@ -35,8 +39,10 @@ def outcome(lab: Verdict, real: Verdict) -> str:
     return "real LM cannot separate" if against is real else "separates on the real LM only"
 
 
-def compare_verdicts(lab: list[Verdict], real: list[Verdict], metric_map: dict[str, str] = METRIC_MAP) -> str:
-    """The Markdown table: one row per method and claim that both studies judged, in the lab's order."""
+def compare_verdicts(lab: list[Verdict], real: list[Verdict], metric_map: dict[str, str] = METRIC_MAP,
+                     method_map: dict[str, str | None] = METHOD_MAP) -> str:
+    """The Markdown table: one row per method and claim that both studies judged under the same rule, in the lab's
+    order (a lab method is matched by name, or through ``method_map``; the row names the real-LM method)."""
     by_key = {(v.method, v.claim.metric): v for v in real}
     lines = ["| method | claim | lab: Δ vs GRPO, label | real LM: Δ vs GRPO, label | outcome |", "|---|---|---|---|---|"]
 
@@ -44,10 +50,12 @@ def compare_verdicts(lab: list[Verdict], real: list[Verdict], metric_map: dict[s
         return (f"{v.mean:+.3f}, " if v.mean is not None else "") + v.label
 
     for v in lab:
-        other = by_key.get((v.method, metric_map.get(v.claim.metric, v.claim.metric)))
+        method = method_map.get(v.method, v.method)
+        other = by_key.get((method, metric_map.get(v.claim.metric, v.claim.metric)))
         if other is None:
             continue
         sign = ">" if v.claim.direction == "higher" else "<"
-        lines.append(f"| {v.method} | {v.claim.metric} {sign} GRPO | {cell(v)} | {cell(other)} | "
+        name = method if method == v.method else f"{method} (lab: {v.method})"
+        lines.append(f"| {name} | {v.claim.metric} {sign} GRPO | {cell(v)} | {cell(other)} | "
                      f"**{outcome(v, other)}** |")
     return "\n".join(lines)

@@ -26,8 +26,8 @@ from studies import bf16_via_fp32
 
 FORMAT = "lit-entropy-study-records/1"
 
-KEPT_TAGS = ("rollout/", "eval/", "control/", "train/masked_frac_", "train/clipfrac", "rollout_corr/", "diag/",
-             "time/", "stop/", "iteration")
+KEPT_TAGS = ("rollout/", "eval/", "control/", "train/masked_frac_", "train/clipfrac", "train/stare_reweighted_frac",
+             "rollout_corr/", "diag/", "time/", "stop/", "iteration")
 """Tag prefixes a record keeps: everything the study table, the dose, the verdicts, the report's notes (a run
 stopped as diverged: ``stop/diverged``) and the figure read."""
 

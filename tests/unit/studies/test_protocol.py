@@ -77,18 +77,18 @@ def test_the_collapse_protocol_has_the_issues_grids_and_fresh_evaluation_seeds()
     assert grids["aepo"] == {"callbacks.entropy.target": [0.25, 0.4],
                              "callbacks.entropy.rows_frac": [0.0234375, 0.09375]}
     assert not p.methods["topr"].grid  # issue 50's methods
-    assert len(p.all_points()) == 44 and len(p.tuning_seeds) == 2
-    assert len(p.tuning_points()) == 36  # the seven one-setting methods are not tuned
+    assert len(p.all_points()) == 46 and len(p.tuning_seeds) == 2
+    assert len(p.tuning_points()) == 36  # the nine one-setting methods are not tuned
     assert len(p.evaluation_seeds) >= 5 and not set(p.tuning_seeds) & set(p.evaluation_seeds)
     assert p.criterion == ["pass@1", "pass@64"] and p.baseline == "grpo"
     assert p.interval.kind == "bootstrap" and p.interval.resamples == 10_000
-    assert len({pt.name for pt in p.all_points()}) == 43  # each its own run folder; the control is named like lr 5e-4
+    assert len({pt.name for pt in p.all_points()}) == 45  # each its own run folder; the control is named like lr 5e-4
 
 
 def test_every_cell_of_the_collapse_protocol_composes_and_builds() -> None:
     """Each override is a real config key (Hydra refuses others) and each value passes start-up checks."""
     p = load_protocol(COLLAPSE)
-    assert check_points(p, p.all_points()) == 44
+    assert check_points(p, p.all_points()) == 46
 
 
 def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
@@ -234,11 +234,11 @@ def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path
     p = load_protocol(COLLAPSE)
     text = dry_run(p, "tune", tmp_path, ROOT / "scripts" / "train.py")
     assert "72 runs (36 cells x 2 seeds)" in text
-    assert "(one setting, not tuned: entrocraft_hard, sapo, dppo_tv, dppo_kl, maxrl, lite_ppo, topr)" in text
+    assert "(one setting, not tuned: entrocraft_hard, sapo, dppo_tv, dppo_kl, maxrl, lite_ppo, topr, stare_iteration, topr_paper)" in text
     assert "algo=kl_cov callbacks/entropy=none" in text and "algo.selection_args.k=0.05 algo.selection_args.beta=20.0" in text
     assert "algo=dapo callbacks/entropy=adapo" in text and "batch.ppo_epochs=2 callbacks.entropy.eps_max=0.8" in text
     text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")  # before tuning: one pick per method
-    assert "no " in text and "100 runs (20 cells x 5 seeds)" in text
+    assert "no " in text and "110 runs (22 cells x 5 seeds)" in text
     assert "grpo: control at optim.lr=0.0005" in text
 
 

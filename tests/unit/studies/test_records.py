@@ -193,7 +193,8 @@ def test_the_shipped_records_give_the_verdicts_docs_results_reports(tmp_path: Pa
     page = (ROOT / "docs" / "results.md").read_text()
     table = page[page.index("| method | dose | claim | Δ vs GRPO 2.5e-4 |"):].split("\n\n")[0].splitlines()[2:]
     assert [cells(r) for r in table] == expected
-    assert len(expected) == 43  # twelve methods with three claims, SAPO, DPPO-TV, DPPO-KL, Lite PPO, TOPR one, MaxRL two
+    assert len(expected) == 47  # thirteen methods with three claims (STARE under both rules), SAPO, DPPO-TV, DPPO-KL, Lite
+    # PPO, TOPR and TOPR in its paper's setting one, MaxRL two
 
 
 def test_the_shipped_real_lm_records_rebuild_the_shipped_report_byte_for_byte(tmp_path: Path) -> None:
@@ -285,3 +286,13 @@ def test_the_real_lm_preset_trains_at_the_studys_calibrated_learning_rate(tmp_pa
     assert picked.startswith("optim.lr=")
     preset = compose_train(["experiment=real_lm", "paths.output_dir=unused"])
     assert preset.optim.lr == float(picked.split("=")[1]) == 2e-5
+
+
+def test_a_record_keeps_every_methods_dose_tag() -> None:
+    """A dose read from a tag the record drops would read *not tested at this dose* once imported."""
+    from studies.dose import METHOD_DOSE
+    from studies.records import KEPT_TAGS
+
+    for method, dose in METHOD_DOSE.items():
+        for tag in filter(None, (dose.tag, *dose.legacy_tags)):
+            assert tag.startswith(KEPT_TAGS), (method, tag)
