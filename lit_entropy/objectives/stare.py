@@ -88,7 +88,7 @@ def stare_weights(token_advantages: Tensor, logp: Tensor, mask: Tensor, top_frac
 def is_on(knobs: Mapping[str, Any]) -> bool:
     """STARE's token weights are in the loss (the knob ``stare_top_frac`` > 0; with ``stare_w = stare_m = 1`` they
     are all 1 and only the count ``train/stare_reweighted_frac`` = 0 is logged)."""
-    return knobs["stare_top_frac"] > 0
+    return knobs.get("stare_top_frac", 0.0) > 0
 
 
 def micro_batch_weights(knobs: Mapping[str, Any], token_advantages: Tensor, logp: Tensor,
