@@ -226,3 +226,9 @@ def test_the_shipped_tasks_other_than_the_lab_start_without_a_controller(data):
     picked = compose_train([f"data={data}", *extra, "callbacks/entropy=repo_r", *OUT]).callbacks.entropy
     assert picked._target_.endswith("REPOCallback")  # the command line still picks one
     assert compose_train(OUT).callbacks.entropy._target_.endswith("EntrocraftCallback")  # the lab keeps its own
+    from hydra import compose, initialize_config_dir
+
+    from tests.helpers import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # the evaluation composes them too
+        assert compose(config_name="evaluate", overrides=[f"data={data}", *extra]).data._target_
