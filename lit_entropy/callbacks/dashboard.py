@@ -47,7 +47,8 @@ callback groups, each of which is logged: ``callbacks/entropy``, ``callbacks/eva
 
 KNOB_TAGS: tuple[str, ...] = (
     "direction", "entrocraft_kept_frac", "eps_high", "entropy_coef", "pic_alpha", "repo_lambda", "repo_beta",
-    "stare_gate", "stare_w", "stare_m", "stare_reweighted_frac", "aepo_rows_frac", "aepo_temperature", "gppo_beta_low", "gppo_beta_high",
+    "stare_gate", "stare_w", "stare_m", "stare_reweighted_frac", "aepo_rows_frac", "aepo_temperature",
+    "gppo_beta_low", "gppo_beta_high",
 )
 """The ``control/*`` tags that show what each entropy controller turns (one or more per controller)."""
 

@@ -61,7 +61,8 @@ def stare_weights(token_advantages: Tensor, logp: Tensor, mask: Tensor, top_frac
     """STARE's token weights ω [B, L] (fp32, no gradient) and the masks of ``L⁺`` and ``L⁻``.
 
     ``token_advantages``, ``logp`` (the sampled tokens' log-probs that rank the surprisal: the current policy's in
-    :func:`micro_batch_weights`, the pre-update pass's in the controller's ``rank: iteration``) and ``mask`` (the response tokens of the rows that train) are [B, L]. ``L⁺``: the
+    :func:`micro_batch_weights`, the pre-update pass's in the controller's ``rank: iteration``) and ``mask`` (the
+    response tokens of the rows that train) are [B, L]. ``L⁺``: the
     ``top_frac`` of the tokens with ``A > 0`` with the highest surprisal ``−logp``; ``L⁻``: the same of the tokens with
     ``A < 0``; tokens with ``A = 0`` are in neither. ω = ``w`` on ``L⁺``, ``m`` on ``L⁻`` in variant ``c2``, else 1
     (``L⁻`` is still returned in ``o1``, for its metric). Positions off ``mask`` get 1 and are in neither set.
@@ -98,8 +99,10 @@ def micro_batch_weights(knobs: Mapping[str, Any], token_advantages: Tensor, logp
     (``logp``, the update's forward; detached: it only picks tokens), the candidates are this micro-batch's loss
     tokens (``mask``) by the sign of their advantage, ``L⁺`` gets ``stare_w`` and ``L⁻`` gets ``stare_m`` (the
     controller sets ``stare_m = 1`` in variant ``o1``, where the authors leave ``L⁻`` alone)."""
-    weights, _, _ = stare_weights(token_advantages, logp, mask, float(knobs["stare_top_frac"]),
-                                  float(knobs["stare_w"]), float(knobs["stare_m"]), variant="c2")
+    w, m = float(knobs["stare_w"]), float(knobs["stare_m"])
+    if w == m == 1.0:  # the gate is shut: nothing to rank
+        return torch.ones_like(logp, dtype=torch.float32), torch.zeros_like(mask, dtype=torch.bool)
+    weights, _, _ = stare_weights(token_advantages, logp, mask, float(knobs["stare_top_frac"]), w, m, variant="c2")
     return weights, weights != 1
 
 

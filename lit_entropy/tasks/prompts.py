@@ -72,7 +72,8 @@ class ArithmeticPrompts(PromptSource):
         return self.problems(n, random.Random(key).randrange(2**31), "train")
 
     def problems(self, n: int, seed: int, split: str) -> list[Prompt]:
-        """``n`` prompts of ``split`` (``train``, ``held_out``, ``tuning``, ``transfer``, ``retention``) under ``seed``."""
+        """``n`` prompts of ``split`` (``train``, ``held_out``, ``tuning``, ``transfer``, ``retention``) under
+        ``seed``."""
         from lit_entropy.tasks.arithmetic import format_prompt, generate_problems
 
         return [Prompt(format_prompt(p, self.answer_format), reference=p.answer)
@@ -80,7 +81,8 @@ class ArithmeticPrompts(PromptSource):
 
     def eval_splits(self, n: int, seed: int = 0) -> dict[str, list[Prompt]]:
         """``n`` evaluation problems per split: ``held_out`` (only when the task holds a share out: disjoint from
-        every training problem by construction) and ``transfer``, then ``tuning`` and ``retention`` when on. ``seed`` is the evaluation's own, not the run's:
+        every training problem by construction) and ``transfer``, then ``tuning`` and ``retention`` when on.
+        ``seed`` is the evaluation's own, not the run's:
         every seed of a study is evaluated on the same problems."""
         splits = ("held_out", "transfer") if self.task.held_out_fraction > 0 else ("transfer",)
         splits += ("tuning",) * (self.task.tuning_share > 0) + ("retention",) * self.task.retention
