@@ -10,7 +10,9 @@ step  what                                                   who owns it
 0     the iteration boundary (checkpoints)                   callbacks' ``on_rollout_start``
 1     weight sync into the engine                            the sampler (:mod:`lit_entropy.rollout`)
 2     sample and score G completions per prompt              the DataModule and its sampler
-3     pre-update pass: old log-probs, entropy, reference     the policy module (its forward)
+3     pre-update pass: old log-probs, entropy, reference     the policy module (its forward; or, with
+                                                             ``module.pre_update_pass=skip``, the first
+                                                             minibatch's forward: :func:`skip_refusals`)
 4     advantages (reward transform, estimator, shaping)      :mod:`lit_entropy.advantages`, token_shaping
 5     mismatch correction, truncation mask, row filters      :mod:`lit_entropy.objectives.rollout_correction`
 6     stop a run that diverged without a NaN                 :func:`check_divergence`
@@ -96,21 +98,77 @@ def prepare_update(policy: TrainablePolicy, batch: RolloutBatch) -> None:
     t0 = time.perf_counter()
     policy.pre_update_pass(batch)  # 3.
     resp = batch.response_mask
-    if not (torch.isfinite(batch.old_logp[resp]).all() and torch.isfinite(batch.entropy[resp]).all()):
+    skipped = batch.entropy is None  # module.pre_update_pass=skip: measured in the first minibatch's forward
+    if not (torch.isfinite(batch.old_logp[resp]).all() and (skipped or torch.isfinite(batch.entropy[resp]).all())):
         raise FloatingPointError("non-finite log-prob or entropy in the pre-update pass")
     assign_advantages(policy.algo, batch)  # 4.
-    mismatch = (batch.sampler_logp - batch.old_logp).abs()[resp]
     batch.metrics.update({
-        "rollout/entropy": float(masked_mean(batch.entropy, resp)),
         "diag/zero_adv_frac": float((batch.advantages == 0).float().mean()),  # QAE's sparsity
-        "diag/logp_mismatch_mean": float(mismatch.mean()) if mismatch.numel() else 0.0,
-        "diag/logp_mismatch_max": float(mismatch.max()) if mismatch.numel() else 0.0,
         "time/prepare": time.perf_counter() - t0,
     })
+    if not skipped:
+        batch.metrics.update(first_pass_metrics(batch.entropy, batch.old_logp, batch.sampler_logp, resp))
     correct(policy.correction, policy.batch_cfg, policy.model, batch)  # 5.
+    if skipped:  # old_logp is the sampler's: the weights are 1 and the mismatch 0 by construction, not measured
+        batch.metrics = {k: v for k, v in batch.metrics.items() if not k.startswith("rollout_corr/")}
+        return  # 6. runs in the first minibatch's step, before its optimizer step (PolicyModule.training_step)
     vocab = getattr(getattr(policy.model, "config", None), "vocab_size", None)
     check_divergence(batch.metrics, vocab, policy.uniform_entropy_tol, policy.max_logp_mismatch_mean,  # 6.
                      policy.correction, stale=batch.version is not None)
+
+
+def first_pass_metrics(entropy: torch.Tensor, logp: torch.Tensor, sampler_logp: torch.Tensor,
+                       mask: torch.Tensor) -> dict[str, float]:
+    """``rollout/entropy`` and ``diag/logp_mismatch_mean|max`` (``|log π_sampler − log π|``) over the ``mask``
+    tokens, from the first pass of the pre-update policy over them."""
+    mismatch = (sampler_logp - logp).abs()[mask]
+    return {
+        "rollout/entropy": float(masked_mean(entropy, mask)),
+        "diag/logp_mismatch_mean": float(mismatch.mean()) if mismatch.numel() else 0.0,
+        "diag/logp_mismatch_max": float(mismatch.max()) if mismatch.numel() else 0.0,
+    }
+
+
+PRE_UPDATE_PASS = ("run", "skip")
+"""``module.pre_update_pass``: ``run`` (step 3 as a no-grad pass over every row) or ``skip``."""
+
+
+def skip_refusals(algo: AlgoConfig, correction: CorrectionConfig, changes: list[str], replays: bool) -> list[str]:
+    """Why ``module.pre_update_pass=skip`` cannot run with these settings (empty: it can).
+
+    Skipping is verl's bypass mode: the sampler's log-probs are the old ones (``correction=bypass``), and the
+    entropy and the mismatch are measured by the first minibatch's own forward, which sees the pre-update policy.
+    So everything that reads the pre-update pass's values before the update, or its entropy in the update, is
+    refused: a rule or change on the pre-update entropy or scores, entropy shaping, the unlikeliness reward, the
+    correction rules that measure ``π_old/π_sampler``, and the untruncated entropy of a truncated sampler.
+    ``changes``: the active surrogate changes' names; ``replays``: the sampler truncates (top-p/top-k). The
+    callbacks' rollout hooks are checked when the trainer is known (:func:`hook_refusals`)."""
+    out = []
+    if not correction.bypass:
+        out.append(f"correction={correction.name} (skip uses the sampler's log-probs as the old ones: correction=bypass)")
+    for key in ("reject", "veto", "opsm_delta"):
+        if getattr(correction, key) is not None:
+            out.append(f"correction.{key} (measures the true mismatch, which needs the pass)")
+    if algo.selection is not None:
+        from lit_entropy.objectives.registry import SELECTION_RULES
+
+        read = {"entropy", "disc_s", "disc_n"} & set(SELECTION_RULES[algo.selection].inputs.values())
+        if read:
+            out.append(f"algo.selection={algo.selection} (reads the pre-update {', '.join(sorted(read))})")
+    out += [f"algo.{name} (reads the pre-update entropy)" for name in changes]  # Archer, ERC, SimKO
+    if algo.token_shaping is not None:
+        out.append(f"algo.token_shaping={algo.token_shaping} (shapes on the pre-update entropy)")
+    if algo.reward_transform == "unlikeliness":
+        out.append("algo.reward_transform=unlikeliness (ranks on the pre-update log-probs)")
+    if replays:
+        out.append("rollout.top_p / rollout.top_k (the untruncated entropy, rollout/entropy_full, needs the pass)")
+    return out
+
+
+def hook_refusals(callbacks: list[Any]) -> list[str]:
+    """The callbacks that read the batch before the update (``on_rollout_batch``: controllers, diagnostics, the
+    law fit, the stop rule): with ``module.pre_update_pass=skip`` it has no entropy yet."""
+    return [type(cb).__name__ for cb in callbacks if callable(getattr(cb, "on_rollout_batch", None))]
 
 
 def assign_advantages(algo: AlgoConfig, batch: RolloutBatch) -> None:

@@ -33,6 +33,7 @@ import torch
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
+from lit_entropy import iteration
 from lit_entropy.iteration import rollout_of
 from lit_entropy.log_steps import ITERATION, iteration_step
 from lit_entropy.objectives import changes as surrogate_changes
@@ -46,7 +47,7 @@ from lit_entropy.objectives.registry import (
     needs_scores,
 )
 from lit_entropy.objectives.rollout_correction import CorrectionConfig
-from lit_entropy.policy import passes
+from lit_entropy.policy import passes, replay
 from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.strategies import fully_shard_policy
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
@@ -71,6 +72,7 @@ class PolicyModule(pl.LightningModule):
         top_p: float = 1.0,
         top_k: int | None = 0,
         correction: CorrectionConfig | None = None,
+        pre_update_pass: str = "run",
     ) -> None:
         """``uniform_entropy_tol``: stop the run when ``rollout/entropy`` is within this of log(vocabulary)
         — a policy collapsed to uniform (e.g. a far too large learning rate) produces no NaN, only noise.
@@ -83,7 +85,12 @@ class PolicyModule(pl.LightningModule):
         sampler's truncation (the ``rollout`` group's), replayed by every pass (:mod:`lit_entropy.policy.replay`).
         ``topk_mass``: K of ``diag/top1_mass`` / ``diag/topk_mass``, the policy's mean top-1 and top-K
         probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on).
-        ``correction``: the sampler/trainer mismatch correction (the ``correction`` group, docs/correction.md)."""
+        ``correction``: the sampler/trainer mismatch correction (the ``correction`` group, docs/correction.md).
+        ``pre_update_pass``: ``run``, or ``skip`` (verl's bypass mode, with ``correction=bypass``): no pass before the
+        update; the sampler's log-probs are the old ones, and ``rollout/entropy`` and ``diag/logp_mismatch_*`` come
+        from the first minibatch's own forward (the pre-update policy, over that minibatch's rows), where the
+        divergence checks also run, before its optimizer step. Refused, naming each, where something reads the
+        pass before the update (:func:`lit_entropy.iteration.skip_refusals`, :func:`~lit_entropy.iteration.hook_refusals`)."""
         super().__init__()
         self.model = policy.model
         self.model.train()  # from_pretrained hands it over in eval mode
@@ -102,6 +109,16 @@ class PolicyModule(pl.LightningModule):
         self.topk_mass = surrogate_changes.topk(self.algo) or topk_mass  # SimKO's K when SimKO is on
         self.top_p, self.top_k = top_p, top_k
         self.correction = correction or CorrectionConfig()
+        if pre_update_pass not in iteration.PRE_UPDATE_PASS:
+            raise ValueError(f"module.pre_update_pass={pre_update_pass!r} must be one of {iteration.PRE_UPDATE_PASS}")
+        self.pre_update_pass_mode = pre_update_pass
+        if pre_update_pass == "skip":
+            refused = iteration.skip_refusals(self.algo, self.correction,
+                                              [c.name for c, _ in surrogate_changes.active(self.algo)],
+                                              replay.active(top_p, top_k))
+            if refused:
+                raise ValueError("module.pre_update_pass=skip: these read the pre-update pass, which skip leaves "
+                                 "out: " + "; ".join(refused))
         self.automatic_optimization = False
         # Knobs (plain attributes; controllers change them, the loss reads them): eps_low, eps_high and each
         # registered loss term's coefficient (entropy_coef, kl_coef, pic_alpha, ...).
@@ -158,8 +175,13 @@ class PolicyModule(pl.LightningModule):
         """Step 3 of the iteration (:mod:`lit_entropy.iteration`): one no-grad pass over the batch for the old
         log-probs and the entropy, and, when asked for, the discriminator scores, the top-K mass, the untruncated
         entropy and the reference's log-probs."""
-        scores = self.want_scores or needs_scores(self.algo)
         rows = self.row_passes(batch.tensor_fields())
+        if self.pre_update_pass_mode == "skip":  # the sampler's log-probs; entropy from the first minibatch's step
+            batch.old_logp = torch.where(batch.response_mask, batch.sampler_logp, 0.0)
+            batch.entropy = None
+            self._reference_pass(rows, batch)
+            return
+        scores = self.want_scores or needs_scores(self.algo)
         full = rows.fwd.replays  # truncated sampling: also the untruncated entropy, as rollout/entropy_full
         out = self._no_grad_pass(rows, with_entropy=True, with_scores=scores, with_full_entropy=full,
                                  topk=self.topk_mass)
@@ -171,6 +193,10 @@ class PolicyModule(pl.LightningModule):
             batch.metrics.update({"diag/top1_mass": top1, "diag/topk_mass": topk})
         if full:
             batch.metrics["rollout/entropy_full"] = float(masked_mean(out.full_entropy, batch.response_mask))
+        self._reference_pass(rows, batch)
+
+    def _reference_pass(self, rows: passes.RowPasses, batch: RolloutBatch) -> None:
+        """The reference's log-probs into ``batch.ref_logp`` when the KL term is used."""
         if self.ref_model is not None:  # the reference pass needs log-probs only
             batch.ref_logp = self._no_grad_pass(rows, model=self.ref_model, with_entropy=False).logp
         elif self.algo.kl_coef > 0:  # LoRA: the frozen base model is the reference, with no second copy
@@ -198,6 +224,7 @@ class PolicyModule(pl.LightningModule):
         t0 = time.perf_counter()
         topk = surrogate_changes.topk(self.algo)  # SimKO reads the top-K candidates
         entropy_grad = needs_entropy_grad(knobs)  # an active loss term back-propagates through the entropy
+        first = [] if self.pre_update_pass_mode == "skip" and batch_idx == 0 else None  # step 3's values, measured
         for mb in rows.micro_batches(topk):  # this rank's share; padding ones keep the collectives in step
             ent = mb.ent if entropy_grad else mb.ent.detach()
             loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent,
@@ -206,6 +233,8 @@ class PolicyModule(pl.LightningModule):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
             self.manual_backward(loss * (0.0 if mb.padding else float(world)))
+            if first is not None and not mb.padding:
+                first.append(first_pass_sums(mb))
             if not mb.padding:
                 loss_total += loss.detach()
                 for key, v in stats.items():
@@ -214,10 +243,31 @@ class PolicyModule(pl.LightningModule):
         sums, loss_total = self._sum_over_ranks(sums, loss_total, with_kl="ref_logp" in minibatch,
                                                 with_stare=stare.is_on(knobs))
         self.time_forward_backward += time.perf_counter() - t0
+        if first is not None:  # module.pre_update_pass=skip: the iteration's step 6, before the optimizer step
+            self._first_pass_metrics(first)
         grad_norm = self._clip_and_step(opt, sched)
         self._log_step(sums, loss_total, grad_norm, opt.param_groups[0]["lr"], sel.num_tokens, sel.frac,
                        minibatch["input_ids"].shape[0])
         return loss_total
+
+    def _first_pass_metrics(self, sums: list[dict[str, torch.Tensor]]) -> None:
+        """``rollout/entropy`` and ``diag/logp_mismatch_*`` of the first minibatch's rows, measured by its forward
+        (the pre-update policy), into the iteration's metrics and the log; then the divergence checks."""
+        total = {k: sum((s[k] for s in sums), torch.zeros((), dtype=torch.float64)) for k in ("ent", "mis", "n")}
+        total = dist.all_reduce_sum(total, device=self.device)
+        peak = max([float(s["max"]) for s in sums] or [0.0])
+        if dist.world_size() > 1:
+            peak = max(dist.gather_objects(peak))
+        n = float(total["n"])
+        metrics = {"rollout/entropy": float(total["ent"]) / max(n, 1.0),
+                   "diag/logp_mismatch_mean": float(total["mis"]) / max(n, 1.0), "diag/logp_mismatch_max": peak}
+        rollout = rollout_of(self._trainer)
+        if rollout is not None:  # the progress line, the dashboard and the records read the iteration's metrics
+            rollout.metrics.update(metrics)
+        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        iteration.check_divergence(metrics, vocab, self.uniform_entropy_tol, self.max_logp_mismatch_mean,
+                                   self.correction, stale=rollout is not None and rollout.version is not None)
 
     def _sum_over_ranks(self, sums: dict[str, torch.Tensor], loss_total: torch.Tensor,
                         with_kl: bool, with_stare: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -315,6 +365,11 @@ class PolicyModule(pl.LightningModule):
             self.selection_generator.set_state(checkpoint["selection_generator"])
 
     def on_fit_start(self) -> None:
+        readers = iteration.hook_refusals(self.trainer.callbacks) if self.pre_update_pass_mode == "skip" else []
+        if readers:
+            raise ValueError(f"module.pre_update_pass=skip: {', '.join(readers)} read the batch before the update, "
+                             "where skip has no entropy yet (callbacks/entropy=none callbacks/diagnostics=none "
+                             "callbacks/law=none callbacks/stop=none leave them out)")
         if self.ref_model is not None:
             self.ref_model.to(self.device)
 
@@ -362,3 +417,13 @@ class PolicyModule(pl.LightningModule):
             a = float(batch.advantages[i]) if batch.advantages is not None else float("nan")
             lines.append(f"| `{batch.prompts[i]}` | `{comp}` | {float(batch.rewards[i]):.2f} | {a:+.2f} |")
         experiment.add_text("rollout/samples", "\n".join(lines), global_step=iteration_step(self.current_epoch))
+
+
+def first_pass_sums(mb: passes.MicroBatch) -> dict[str, torch.Tensor]:
+    """A micro-batch's response-token sums of entropy and of ``|log π_sampler − log π|`` (fp64), their count and
+    the largest mismatch, from its own forward: the pre-update values when the policy has not stepped yet."""
+    mask = mb.fields["response_mask"].bool()
+    logp, ent = mb.logp.detach(), mb.ent.detach()
+    mismatch = (mb.fields["sampler_logp"] - logp).abs()[mask].double()
+    return {"ent": ent[mask].double().sum(), "mis": mismatch.sum(), "n": mask.sum().double(),
+            "max": mismatch.max() if mismatch.numel() else torch.zeros((), dtype=torch.float64)}

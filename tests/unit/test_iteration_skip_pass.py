@@ -1,0 +1,108 @@
+"""``module.pre_update_pass=skip`` (verl's bypass mode): no pass before the update; the first minibatch's forward
+measures what the pass measured, exactly, and every setting that reads the pass before the update is refused by
+name. The runs through the real Trainer are in tests/integration/test_train_smoke.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_entropy.algo import AlgoConfig
+from lit_entropy.iteration import first_pass_metrics, hook_refusals, prepare_update, skip_refusals
+from lit_entropy.module import PolicyModule
+from lit_entropy.objectives.rollout_correction import CorrectionConfig
+from lit_entropy.policy.models import PolicyBundle, TinyArch, build_tiny_qwen2
+from lit_entropy.policy.tokenizer import CharTokenizer
+from lit_entropy.rollout.batch import BatchConfig
+from tests.unit.test_iteration_correction import make_rollout, preset
+
+BYPASS = CorrectionConfig(name="bypass", bypass=True)
+
+
+def make_module(pre_update_pass: str, minibatches: int = 1, algo: AlgoConfig | None = None,
+                correction: CorrectionConfig = BYPASS, **kw) -> PolicyModule:
+    tok = CharTokenizer.for_countdown()
+    arch = TinyArch(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=32)
+    model = build_tiny_qwen2(tok.vocab_size, arch, tok, seed=3)
+    batch = BatchConfig(prompts_per_iter=3, group_size=4, num_minibatches=minibatches, micro_batch_size=4)
+    return PolicyModule(PolicyBundle(model, tok, ""), algo=algo or preset("algo", "grpo"), batch=batch,
+                        correction=correction, pre_update_pass=pre_update_pass, **kw)
+
+
+def steps(module: PolicyModule, batch, minibatches: int) -> tuple[list[float], dict[str, float]]:
+    """``training_step`` on each minibatch with a real AdamW step (no Trainer); the losses and what was logged."""
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-2)
+    module.optimizers = lambda: opt
+    module.lr_schedulers = lambda: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    module.manual_backward = lambda loss: loss.backward()
+    logged: dict[str, float] = {}
+    module.log_dict = lambda metrics, **k: logged.update({key: float(v) for key, v in metrics.items()})
+    module.log = lambda *a, **k: None
+    gen = torch.Generator().manual_seed(0)
+    losses = [float(module.training_step(mb, i)) for i, mb in enumerate(batch.minibatches(minibatches, generator=gen))]
+    return losses, logged
+
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_skip_measures_the_pass_values_in_the_first_step_and_trains_identically(minibatches):
+    runs = {}
+    for mode in ("run", "skip"):
+        module = make_module(mode, minibatches)
+        batch = make_rollout(module, noise=0.3)
+        prepare_update(module, batch)
+        runs[mode] = (batch, *steps(module, batch, minibatches), [p.detach().clone() for p in module.parameters()])
+    (ran, ran_losses, _, ran_params), (skipped, skip_losses, logged, skip_params) = runs["run"], runs["skip"]
+    assert skipped.entropy is None and ran.entropy is not None
+    assert torch.equal(skipped.old_logp, ran.old_logp)  # bypass: the sampler's log-probs either way
+    assert not any(k.startswith("rollout_corr/") for k in skipped.metrics)  # weights 1 by construction, not measured
+    # The same loss and the same weights after every optimizer step.
+    assert skip_losses == pytest.approx(ran_losses, abs=1e-6)
+    for a, b in zip(ran_params, skip_params, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    # The first minibatch's rows, measured by its forward, equal a plain pass of the initial policy over them.
+    first = next(iter(ran.minibatches(minibatches, generator=torch.Generator().manual_seed(0))))
+    with torch.no_grad():
+        logp, ent = make_module("run").token_stats(first["input_ids"], first["attention_mask"])
+    want = first_pass_metrics(ent, logp, first["sampler_logp"], first["response_mask"])
+    assert logged["rollout/entropy"] == pytest.approx(want["rollout/entropy"], abs=1e-6)
+    assert logged["diag/logp_mismatch_mean"] == pytest.approx(want["diag/logp_mismatch_mean"], abs=1e-6)
+    assert logged["diag/logp_mismatch_max"] == pytest.approx(want["diag/logp_mismatch_max"], abs=1e-5)
+    if minibatches == 1:  # every row: the values of the skipped pass itself
+        assert logged["rollout/entropy"] == pytest.approx(ran.metrics["rollout/entropy"], abs=1e-6)
+        assert logged["diag/logp_mismatch_mean"] == pytest.approx(ran.metrics["diag/logp_mismatch_mean"], abs=1e-6)
+
+
+def test_skip_refuses_each_reader_of_the_pass_by_name():
+    grpo = preset("algo", "grpo")
+    assert skip_refusals(grpo, BYPASS, [], replays=False) == []
+    cases = {
+        "correction=none": (grpo, CorrectionConfig(), [], False),
+        "correction.reject": (grpo, CorrectionConfig(name="bypass", bypass=True, reject="k3_mean",
+                                                     reject_threshold=1.0), [], False),
+        "correction.opsm_delta": (grpo, CorrectionConfig(name="bypass", bypass=True, opsm_delta=1e-4), [], False),
+        "algo.selection=forking": (preset("algo", "forking"), BYPASS, [], False),
+        "algo.selection=clip_b": (preset("algo", "clip_b"), BYPASS, [], False),
+        "algo.archer": (grpo, BYPASS, ["archer"], False),
+        "algo.token_shaping": (preset("algo", "gtpo"), BYPASS, [], False),
+        "rollout.top_p": (grpo, BYPASS, [], True),
+    }
+    for name, (algo, correction, changes, replays) in cases.items():
+        assert any(name in r for r in skip_refusals(algo, correction, changes, replays)), name
+    # A rule that reads only the current policy (KL-Cov, Clip-Cov) is fine.
+    assert skip_refusals(preset("algo", "kl_cov"), BYPASS, [], False) == []
+    with pytest.raises(ValueError, match="correction=none .*correction=bypass"):
+        make_module("skip", correction=CorrectionConfig())
+    with pytest.raises(ValueError, match="rollout.top_p"):
+        make_module("skip", top_p=0.9)
+    with pytest.raises(ValueError, match="module.pre_update_pass='sometimes'"):
+        make_module("sometimes")
+
+
+def test_skip_refuses_the_callbacks_that_read_the_batch_before_the_update():
+    class Controller:
+        def on_rollout_batch(self, trainer, module, batch): ...
+
+    class Checkpoint:
+        def on_rollout_start(self, trainer, module): ...
+
+    assert hook_refusals([Controller(), Checkpoint()]) == ["Controller"]
