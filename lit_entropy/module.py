@@ -87,10 +87,12 @@ class PolicyModule(pl.LightningModule):
         probability on response tokens in the pre-update pass (0 = off; SimKO's K when SimKO is on).
         ``correction``: the sampler/trainer mismatch correction (the ``correction`` group, docs/correction.md).
         ``pre_update_pass``: ``run``, or ``skip`` (verl's bypass mode, with ``correction=bypass``): no pass before the
-        update; the sampler's log-probs are the old ones, and ``rollout/entropy`` and ``diag/logp_mismatch_*`` come
-        from the first minibatch's own forward (the pre-update policy, over that minibatch's rows), where the
-        divergence checks also run, before its optimizer step. Refused, naming each, where something reads the
-        pass before the update (:func:`lit_entropy.iteration.skip_refusals`, :func:`~lit_entropy.iteration.hook_refusals`)."""
+        update; the sampler's log-probs are the old ones. ``diag/logp_mismatch_*`` and the divergence checks come
+        from the first minibatch's own forward (the pre-update policy), before its optimizer step;
+        ``rollout/entropy`` from the forwards of the iteration's first pass over its rows (minibatch k's rows
+        after k − 1 optimizer steps: with one minibatch, exactly the pre-update entropy). Refused, naming each,
+        where something reads the pass before the update (:func:`lit_entropy.iteration.skip_refusals`,
+        :func:`~lit_entropy.iteration.hook_refusals`)."""
         super().__init__()
         self.model = policy.model
         self.model.train()  # from_pretrained hands it over in eval mode
@@ -136,6 +138,7 @@ class PolicyModule(pl.LightningModule):
         self.time_forward = 0.0  # seconds in no-grad forwards (pre-update pass, Clip-Cov's current log-probs)
         self.time_forward_backward = 0.0  # seconds in the update's micro-batch forward + backward
         self._grad_norm = torch.zeros(())
+        self._entropy_sums = [0.0, 0.0]  # pre_update_pass=skip: rollout/entropy's sum and token count this iteration
 
     # ---- forward -------------------------------------------------------------------------------
     def row_passes(self, fields: dict[str, torch.Tensor]) -> passes.RowPasses:
@@ -224,7 +227,7 @@ class PolicyModule(pl.LightningModule):
         t0 = time.perf_counter()
         topk = surrogate_changes.topk(self.algo)  # SimKO reads the top-K candidates
         entropy_grad = needs_entropy_grad(knobs)  # an active loss term back-propagates through the entropy
-        first = [] if self.pre_update_pass_mode == "skip" and batch_idx == 0 else None  # step 3's values, measured
+        measured = [] if self.pre_update_pass_mode == "skip" and batch_idx < self._measured_steps() else None
         for mb in rows.micro_batches(topk):  # this rank's share; padding ones keep the collectives in step
             ent = mb.ent if entropy_grad else mb.ent.detach()
             loss, stats = micro_batch_loss(self.algo, knobs, mb.fields, sel.rows(mb.rows, mb.width), mb.logp, ent,
@@ -233,8 +236,8 @@ class PolicyModule(pl.LightningModule):
                 raise FloatingPointError(f"non-finite loss at global step {self.global_step}")
             # DDP and FSDP2 average gradients over ranks; x W turns the average into the one-rank sum.
             self.manual_backward(loss * (0.0 if mb.padding else float(world)))
-            if first is not None and not mb.padding:
-                first.append(first_pass_sums(mb))
+            if measured is not None and not mb.padding:  # module.pre_update_pass=skip: step 3's values
+                measured.append(first_pass_sums(mb))
             if not mb.padding:
                 loss_total += loss.detach()
                 for key, v in stats.items():
@@ -243,31 +246,48 @@ class PolicyModule(pl.LightningModule):
         sums, loss_total = self._sum_over_ranks(sums, loss_total, with_kl="ref_logp" in minibatch,
                                                 with_stare=stare.is_on(knobs))
         self.time_forward_backward += time.perf_counter() - t0
-        if first is not None:  # module.pre_update_pass=skip: the iteration's step 6, before the optimizer step
-            self._first_pass_metrics(first)
+        if measured is not None:  # module.pre_update_pass=skip: at step 0, the iteration's step 6
+            self._measured_metrics(measured, batch_idx)
         grad_norm = self._clip_and_step(opt, sched)
         self._log_step(sums, loss_total, grad_norm, opt.param_groups[0]["lr"], sel.num_tokens, sel.frac,
                        minibatch["input_ids"].shape[0])
         return loss_total
 
-    def _first_pass_metrics(self, sums: list[dict[str, torch.Tensor]]) -> None:
-        """``rollout/entropy`` and ``diag/logp_mismatch_*`` of the first minibatch's rows, measured by its forward
-        (the pre-update policy), into the iteration's metrics and the log; then the divergence checks."""
+    def _measured_steps(self) -> int:
+        """The optimizer steps of the iteration's first pass over its rows: one per minibatch
+        (:meth:`~lit_entropy.rollout.batch.RolloutBatch.minibatches` cuts no more minibatches than kept rows)."""
+        rollout = rollout_of(self._trainer)
+        rows = int(rollout.keep.sum()) if rollout is not None else self.batch_cfg.num_minibatches
+        return max(1, min(self.batch_cfg.num_minibatches, rows))
+
+    def _measured_metrics(self, sums: list[dict[str, torch.Tensor]], batch_idx: int) -> None:
+        """``module.pre_update_pass=skip``: the values the pass would have given, from the update's forwards. At
+        the first step (the pre-update policy, before its optimizer step) ``diag/logp_mismatch_*`` over its rows
+        and the divergence checks; after the last minibatch of the first pass over the rows, ``rollout/entropy``
+        over all of them. Into the iteration's metrics (the progress line, the dashboard and the records read them)
+        and the log."""
         total = {k: sum((s[k] for s in sums), torch.zeros((), dtype=torch.float64)) for k in ("ent", "mis", "n")}
         total = dist.all_reduce_sum(total, device=self.device)
-        peak = max([float(s["max"]) for s in sums] or [0.0])
-        if dist.world_size() > 1:
-            peak = max(dist.gather_objects(peak))
-        n = float(total["n"])
-        metrics = {"rollout/entropy": float(total["ent"]) / max(n, 1.0),
-                   "diag/logp_mismatch_mean": float(total["mis"]) / max(n, 1.0), "diag/logp_mismatch_max": peak}
         rollout = rollout_of(self._trainer)
-        if rollout is not None:  # the progress line, the dashboard and the records read the iteration's metrics
+        metrics: dict[str, float] = {}
+        if batch_idx == 0:
+            self._entropy_sums = [0.0, 0.0]
+            peak = max([float(s["max"]) for s in sums] or [0.0])
+            if dist.world_size() > 1:
+                peak = max(dist.gather_objects(peak))
+            n = max(float(total["n"]), 1.0)
+            metrics = {"diag/logp_mismatch_mean": float(total["mis"]) / n, "diag/logp_mismatch_max": peak}
+            vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+            iteration.check_divergence({**metrics, "rollout/entropy": float(total["ent"]) / n}, vocab,
+                                       self.uniform_entropy_tol, self.max_logp_mismatch_mean, self.correction,
+                                       stale=rollout is not None and rollout.version is not None)
+        self._entropy_sums = [self._entropy_sums[0] + float(total["ent"]), self._entropy_sums[1] + float(total["n"])]
+        if batch_idx == self._measured_steps() - 1:
+            metrics["rollout/entropy"] = self._entropy_sums[0] / max(self._entropy_sums[1], 1.0)
+        if rollout is not None:
             rollout.metrics.update(metrics)
-        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
-        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
-        iteration.check_divergence(metrics, vocab, self.uniform_entropy_tol, self.max_logp_mismatch_mean,
-                                   self.correction, stale=rollout is not None and rollout.version is not None)
+        if metrics:
+            self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
 
     def _sum_over_ranks(self, sums: dict[str, torch.Tensor], loss_total: torch.Tensor,
                         with_kl: bool, with_stare: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

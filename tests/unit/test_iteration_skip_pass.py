@@ -4,6 +4,8 @@ name. The runs through the real Trainer are in tests/integration/test_train_smok
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -29,8 +31,9 @@ def make_module(pre_update_pass: str, minibatches: int = 1, algo: AlgoConfig | N
                         correction=correction, pre_update_pass=pre_update_pass, **kw)
 
 
-def steps(module: PolicyModule, batch, minibatches: int) -> tuple[list[float], dict[str, float]]:
-    """``training_step`` on each minibatch with a real AdamW step (no Trainer); the losses and what was logged."""
+def steps(module: PolicyModule, batch, minibatches: int) -> tuple[list[float], dict[str, float], list, list]:
+    """``training_step`` on each minibatch with a real AdamW step (no Trainer): the losses, what was logged, the
+    minibatches and a copy of the policy before each step."""
     opt = torch.optim.AdamW(module.parameters(), lr=1e-2)
     module.optimizers = lambda: opt
     module.lr_schedulers = lambda: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
@@ -39,8 +42,11 @@ def steps(module: PolicyModule, batch, minibatches: int) -> tuple[list[float], d
     module.log_dict = lambda metrics, **k: logged.update({key: float(v) for key, v in metrics.items()})
     module.log = lambda *a, **k: None
     gen = torch.Generator().manual_seed(0)
-    losses = [float(module.training_step(mb, i)) for i, mb in enumerate(batch.minibatches(minibatches, generator=gen))]
-    return losses, logged
+    parts, before, losses = batch.minibatches(minibatches, generator=gen), [], []
+    for i, mb in enumerate(parts):
+        before.append(copy.deepcopy(module.model))
+        losses.append(float(module.training_step(mb, i)))
+    return losses, logged, parts, before
 
 
 @pytest.mark.parametrize("minibatches", [1, 2])
@@ -51,7 +57,8 @@ def test_skip_measures_the_pass_values_in_the_first_step_and_trains_identically(
         batch = make_rollout(module, noise=0.3)
         prepare_update(module, batch)
         runs[mode] = (batch, *steps(module, batch, minibatches), [p.detach().clone() for p in module.parameters()])
-    (ran, ran_losses, _, ran_params), (skipped, skip_losses, logged, skip_params) = runs["run"], runs["skip"]
+    (ran, ran_losses, _, _, _, ran_params) = runs["run"]
+    (skipped, skip_losses, logged, _, _, skip_params) = runs["skip"]
     assert skipped.entropy is None and ran.entropy is not None
     assert torch.equal(skipped.old_logp, ran.old_logp)  # bypass: the sampler's log-probs either way
     assert not any(k.startswith("rollout_corr/") for k in skipped.metrics)  # weights 1 by construction, not measured
@@ -59,14 +66,20 @@ def test_skip_measures_the_pass_values_in_the_first_step_and_trains_identically(
     assert skip_losses == pytest.approx(ran_losses, abs=1e-6)
     for a, b in zip(ran_params, skip_params, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
-    # The first minibatch's rows, measured by its forward, equal a plain pass of the initial policy over them.
-    first = next(iter(ran.minibatches(minibatches, generator=torch.Generator().manual_seed(0))))
-    with torch.no_grad():
-        logp, ent = make_module("run").token_stats(first["input_ids"], first["attention_mask"])
-    want = first_pass_metrics(ent, logp, first["sampler_logp"], first["response_mask"])
-    assert logged["rollout/entropy"] == pytest.approx(want["rollout/entropy"], abs=1e-6)
-    assert logged["diag/logp_mismatch_mean"] == pytest.approx(want["diag/logp_mismatch_mean"], abs=1e-6)
-    assert logged["diag/logp_mismatch_max"] == pytest.approx(want["diag/logp_mismatch_max"], abs=1e-5)
+    # diag/logp_mismatch_*: the first minibatch's rows under the initial policy; rollout/entropy: every row, under
+    # the policy its own minibatch's step started from (with one minibatch, the initial one).
+    parts, before = runs["skip"][3], runs["skip"][4]
+    probe = make_module("run")
+    measured = []
+    for part, model in zip(parts, before, strict=True):
+        with torch.no_grad():
+            measured.append(probe.token_stats(part["input_ids"], part["attention_mask"], model=model))
+    first = first_pass_metrics(measured[0][1], measured[0][0], parts[0]["sampler_logp"], parts[0]["response_mask"])
+    assert logged["diag/logp_mismatch_mean"] == pytest.approx(first["diag/logp_mismatch_mean"], abs=1e-6)
+    assert logged["diag/logp_mismatch_max"] == pytest.approx(first["diag/logp_mismatch_max"], abs=1e-5)
+    ent = sum(float((e * p["response_mask"]).sum()) for (_, e), p in zip(measured, parts, strict=True))
+    n = sum(float(p["response_mask"].sum()) for p in parts)
+    assert logged["rollout/entropy"] == pytest.approx(ent / n, abs=1e-6)
     if minibatches == 1:  # every row: the values of the skipped pass itself
         assert logged["rollout/entropy"] == pytest.approx(ran.metrics["rollout/entropy"], abs=1e-6)
         assert logged["diag/logp_mismatch_mean"] == pytest.approx(ran.metrics["diag/logp_mismatch_mean"], abs=1e-6)
@@ -106,3 +119,13 @@ def test_skip_refuses_the_callbacks_that_read_the_batch_before_the_update():
         def on_rollout_start(self, trainer, module): ...
 
     assert hook_refusals([Controller(), Checkpoint()]) == ["Controller"]
+
+
+def test_skip_runs_the_divergence_checks_before_the_first_optimizer_step():
+    module = make_module("skip", 2, max_logp_mismatch_mean=0.05)  # the sampler is 0.3 nats off (make_rollout)
+    batch = make_rollout(module, noise=0.3)
+    prepare_update(module, batch)
+    params = [p.detach().clone() for p in module.parameters()]
+    with pytest.raises(RuntimeError, match="diag/logp_mismatch_mean=0.2.* > module.max_logp_mismatch_mean=0.05"):
+        steps(module, batch, 2)
+    assert all(torch.equal(a, b) for a, b in zip(params, module.parameters(), strict=True))
