@@ -30,10 +30,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from lit_entropy import iteration
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
-from lit_entropy import iteration
 from lit_entropy.iteration import rollout_of
 from lit_entropy.log_steps import ITERATION, iteration_step
 from lit_entropy.objectives import changes as surrogate_changes
