@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -156,7 +156,7 @@ def evaluate_splits(
     policy: PolicyBundle,
     source: Any,
     sampler: Sampler,
-    num_problems: int,
+    num_problems: int | Mapping[str, int],
     n: int = 8,
     ks: Sequence[int] = (1,),
     seed: int = 0,
@@ -166,6 +166,7 @@ def evaluate_splits(
     encode: Callable[[str], list[int]] | None = None,
 ) -> dict[str, Any]:
     """Evaluate on every split of ``source.eval_splits(num_problems, seed)``: greedy (with ``greedy``) and sampled.
+    ``num_problems`` a mapping: those splits only, each with its own number of problems (0 leaves a split out).
 
     ``seed`` picks the problems and the sampling seeds; it is the evaluation's own, so runs of different seeds
     are evaluated on the same problems. Returns the flat metrics ``eval/<split>/greedy/<m>`` and
@@ -173,7 +174,7 @@ def evaluate_splits(
     """
     stats = getattr(source, "answer_stats", None)
     out: dict[str, Any] = {"splits": {}}
-    for split, prompts in source.eval_splits(num_problems, seed=seed).items():
+    for split, prompts in split_problems(source, num_problems, seed).items():
         runs = {"sampled": evaluate(policy, prompts, sampler, n=n, ks=ks, seed=seed, encode=encode,
                                     prompts_per_chunk=prompts_per_chunk, answer_stats=stats)}
         if greedy:
@@ -184,3 +185,16 @@ def evaluate_splits(
                         if key.startswith("eval/") and not (mode == "greedy" and key in ("eval/accuracy", "eval/mean@1"))})
         out["splits"][split] = runs
     return out
+
+
+def split_problems(source: Any, num_problems: int | Mapping[str, int], seed: int) -> dict[str, list[Any]]:
+    """The evaluation problems of each split: ``source.eval_splits(num_problems, seed)`` for a count, the named
+    splits at their own counts for a mapping (a split the source does not have is an error that names those it has)."""
+    if not isinstance(num_problems, Mapping):
+        return source.eval_splits(int(num_problems), seed=seed)
+    have = list(source.eval_splits(1, seed=seed))
+    unknown = sorted(set(num_problems) - set(have))
+    if unknown:
+        raise ValueError(f"evaluation splits {unknown} are not splits of this task, which has {have} (tuning and "
+                         "retention need the task's tuning_share > 0 and retention: true)")
+    return {split: source.problems(int(count), seed, split) for split, count in num_problems.items() if int(count) > 0}

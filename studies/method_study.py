@@ -164,6 +164,44 @@ def fit_finished(stdout: Path, start: int = 0) -> bool:
         return FIT_FINISHED.encode() in fh.read()
 
 
+def machine() -> str:
+    """This machine as pairing needs it: the CPU model, the units that change the kernels (AMX, AVX512-BF16,
+    AVX512F, else AVX2) and the core count."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    units = [u for u in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if u in flags][:1] or ["none"]
+    return f"{model} | {units[0]} | {os.cpu_count()} cores"
+
+
+def checkout_commit(path: Path) -> str | None:
+    """The commit of the checkout ``path`` sits in (a study's pinned worktree), or None outside git."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(path).resolve().parent, capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def record_attempt(folder: Path, train_script: Path) -> list[dict[str, str | None]]:
+    """Append this attempt's machine and commit to ``folder/attempts.json`` (a resumed run has several) and return
+    them all: pairs are judged only where both runs ran on one machine at one commit (docs/real_lm_study.md)."""
+    path = folder / "attempts.json"
+    attempts = json.loads(path.read_text()) if path.is_file() else []
+    attempts.append({"machine": machine(), "commit": checkout_commit(train_script),
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    path.write_text(json.dumps(attempts, indent=1))
+    return attempts
+
+
 def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: int = 1) -> list[Path]:
     """Run every run of ``plan`` not already done, ``lanes`` at a time (each pinned to its own cores when
     ``lanes > 1``); return the run folders."""
@@ -207,6 +245,7 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
         log(f"[study]   clearing the unfinished run in {folder}")
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    attempts = record_attempt(folder, train_script)
     t0 = time.perf_counter()
     stdout = folder / "study_stdout.log"
     start = stdout.stat().st_size if stdout.is_file() else 0  # what this attempt writes comes after
@@ -216,7 +255,7 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
             os.sched_setaffinity(proc.pid, cores)
         proc.wait()
     status = {"returncode": proc.returncode, "seconds": time.perf_counter() - t0, "command": cmd[1:],
-              "cores": cores}
+              "cores": cores, "attempts": attempts}
     finished = fit_finished(stdout, start)
     if proc.returncode != 0 or not finished:
         why = f"exit {proc.returncode}" if proc.returncode != 0 else "exit 0 before its fit returned (a signal?)"
@@ -306,7 +345,8 @@ def stopped_at(raw: dict[str, list[tuple[int, float]]]) -> int | None:
     return int(points[0][0]) if points else None
 
 
-SPLITS = {"ho": ("held_out", "held-out"), "tr": ("transfer", "transfer")}
+SPLITS = {"ho": ("held_out", "held-out"), "tr": ("transfer", "transfer"), "tu": ("tuning", "tuning"),
+          "re": ("retention", "retention")}
 """A task with evaluation splits (the real-LM arithmetic) logs ``eval/<split>/<greedy|sampled>/<metric>``; its run
 summary's keys are ``<prefix>_<metric>`` (``ho_pass@64``, ``tr_greedy``), the last evaluation's values."""
 SPLIT_METRICS = {"greedy": ("greedy", "pass@1", "greedy pass@1"), "pass@1": ("sampled", "pass@1", "pass@1"),

@@ -67,9 +67,39 @@ def export_run(folder: str | Path) -> dict[str, Any]:
               "overrides": [o for o in ((yaml.safe_load(ov.read_text()) or []) if ov.is_file() else [])
                             if not str(o).startswith(RESUME_ONLY)],
               "done": {k: done[k] for k in ("returncode", "seconds") if k in done}}
+    if done.get("attempts"):  # only then: the records of earlier runs keep their bytes
+        record["done"]["attempts"] = [{k: a.get(k) for k in ("machine", "commit")} for a in done["attempts"]]
+    problems = last_problem_counts(folder)
+    if problems is not None:
+        record["problems"] = problems
     if bf16_via_fp32.ran_with_it(folder):  # only then: the records of the runs before it keep their bytes
         record["done"]["bf16_via_fp32"] = True
     return record
+
+
+PROBLEMS = "eval_problems"
+"""The folder of a run's per-problem evaluation counts (``callbacks.eval.per_problem``)."""
+
+
+def last_problem_counts(folder: Path) -> dict[str, Any] | None:
+    """The last evaluation's per-problem counts (``split -> mode -> num_samples, num_correct``) with a digest of
+    each split's problem texts in place of the texts, or None where the run wrote none."""
+    import hashlib
+
+    files = sorted((folder / PROBLEMS).glob("iteration-*.json"))
+    if not files:
+        return None
+    data = json.loads(files[-1].read_text())
+    splits = {}
+    for split, modes in data["splits"].items():
+        splits[split] = {}
+        for mode, entry in modes.items():
+            digest = entry.get("problems_sha")
+            if digest is None:
+                digest = hashlib.sha256("\n".join(entry["problem"]).encode()).hexdigest()[:16]
+            splits[split][mode] = {"problems_sha": digest, "num_samples": entry["num_samples"],
+                                   "num_correct": entry["num_correct"]}
+    return {"iteration": data["iteration"], "splits": splits}
 
 
 def export_records(out: str | Path, dest: str | Path) -> int:
@@ -103,6 +133,10 @@ def import_run(record: dict[str, Any], folder: str | Path) -> None:
               for i, (step, value) in enumerate(points)]
         for tag, points in record["scalars"].items()})
     (folder / "done.json").write_text(json.dumps({**record["done"], "imported": True}, indent=1))
+    if "problems" in record:
+        problems = record["problems"]
+        (folder / PROBLEMS).mkdir(exist_ok=True)
+        (folder / PROBLEMS / f"iteration-{problems['iteration']:04d}.json").write_text(json.dumps(problems))
 
 
 def import_records(src: str | Path, out: str | Path) -> tuple[int, int]:

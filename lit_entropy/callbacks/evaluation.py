@@ -17,12 +17,20 @@ iteration key training never uses, logged as ``eval/accuracy``, ``eval/mean@k`` 
 estimator) via :func:`lit_entropy.evaluation.evaluate`: fresh draws, not disjoint from training (for the Countdown
 lab's space, 30 of the collapse regime's 64 evaluation prompts also occur in its 120 training iterations).
 Each evaluation's duration is logged as ``time/evaluate``; the iteration's ``time/update`` leaves it out.
+
+``num_problems`` may name the splits instead (``{held_out: 256, retention: 64}``): those only, each at its own size,
+so a study's tuning runs read the ``tuning`` split alone and its evaluation runs never do. With ``per_problem`` each
+evaluation also writes every problem's samples and correct ones per split and mode to
+``<run>/eval_problems/iteration-<k>.json`` (the study's records keep the last one: problem-level uncertainty).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 
@@ -36,7 +44,7 @@ class PeriodicEvalCallback(pl.Callback):
     def __init__(
         self,
         every_n_iterations: int = 10,
-        num_problems: int = 64,
+        num_problems: int | Mapping[str, int] = 64,
         n: int = 8,
         ks: Sequence[int] = (1, 4, 8),
         temperature: float | None = None,
@@ -46,8 +54,15 @@ class PeriodicEvalCallback(pl.Callback):
         greedy: bool = True,
         final_n: int | None = None,
         final_ks: Sequence[int] | None = None,
+        per_problem: bool = False,
     ) -> None:
-        if every_n_iterations < 1 or num_problems < 1 or n < 1 or (final_n is not None and final_n < 1):
+        if isinstance(num_problems, Mapping):
+            num_problems = {str(k): int(v) for k, v in num_problems.items()}
+            if any(v < 0 for v in num_problems.values()) or not any(num_problems.values()):
+                raise ValueError(f"callbacks.eval.num_problems={num_problems}: counts must be >= 0, one at least > 0")
+        elif int(num_problems) < 1:
+            raise ValueError("callbacks.eval: every_n_iterations, num_problems, n and final_n must be >= 1")
+        if every_n_iterations < 1 or n < 1 or (final_n is not None and final_n < 1):
             raise ValueError("callbacks.eval: every_n_iterations, num_problems, n and final_n must be >= 1")
         for name, kk, nn in (("ks", ks, n), ("final_ks", final_ks or (), final_n or n)):
             bad = [k for k in kk if not 1 <= int(k) <= nn]
@@ -64,6 +79,7 @@ class PeriodicEvalCallback(pl.Callback):
         self.greedy = bool(greedy)
         self.final_n = int(final_n) if final_n is not None else n
         self.final_ks = tuple(int(k) for k in final_ks) if final_ks else self.ks
+        self.per_problem = bool(per_problem)
 
     def headline_tags(self, datamodule: object) -> list[str]:
         """The pass@k tags this callback logs, for the HParams table (lit_entropy/callbacks/dashboard.py): each
@@ -74,7 +90,8 @@ class PeriodicEvalCallback(pl.Callback):
         if prompts is None or not hasattr(prompts, "eval_splits"):
             return [f"eval/pass@{k}" for k in ks]
         tags = []
-        for split in prompts.eval_splits(1, seed=self.seed):
+        splits = self.num_problems if isinstance(self.num_problems, Mapping) else prompts.eval_splits(1, seed=self.seed)
+        for split in (s for s in splits if not isinstance(splits, Mapping) or splits[s] > 0):
             tags += [f"eval/{split}/greedy/pass@1"] if self.greedy else []
             tags += [f"eval/{split}/sampled/pass@{k}" for k in ks]
         return tags
@@ -83,7 +100,7 @@ class PeriodicEvalCallback(pl.Callback):
         """With ``at_start``: the policy before any update (not again when a run resumes)."""
         if not self.at_start or trainer.current_epoch > 0 or trainer.global_step > 0:
             return
-        metrics = self._evaluate(trainer, pl_module)
+        metrics = self._evaluate(trainer, pl_module, iteration=0)
         for logger in trainer.loggers:  # at step 0 = iteration 0, before the first iteration's (step 1)
             logger.log_metrics(metrics, step=0)
 
@@ -95,10 +112,11 @@ class PeriodicEvalCallback(pl.Callback):
         if (it + 1) % self.every and not last:
             return
         n, ks = (self.final_n, self.final_ks) if last else (self.n, self.ks)
-        pl_module.log_dict(self._evaluate(trainer, pl_module, n, ks), on_step=False, on_epoch=True, batch_size=1)
+        pl_module.log_dict(self._evaluate(trainer, pl_module, n, ks, iteration=it + 1), on_step=False, on_epoch=True,
+                           batch_size=1)
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, n: int | None = None,
-                  ks: Sequence[int] | None = None) -> dict[str, float]:
+                  ks: Sequence[int] | None = None, iteration: int = 0) -> dict[str, float]:
         n, ks = n or self.n, ks or self.ks
         started = time.perf_counter()
         dm = trainer.datamodule
@@ -114,7 +132,32 @@ class PeriodicEvalCallback(pl.Callback):
             result = evaluate_splits(bundle, dm.prompts, sampler, self.num_problems, n=n, ks=ks,
                                      seed=self.seed, greedy=self.greedy, encode=encode)
         else:
+            if isinstance(self.num_problems, Mapping):
+                raise ValueError(f"callbacks.eval.num_problems={self.num_problems} names splits, but this task has "
+                                 "none: give a number")
             prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
             result = evaluate(bundle, prompts, sampler, n=n, ks=ks, seed=self.seed, encode=encode)
         metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
+        if self.per_problem and trainer.is_global_zero:
+            write_problems(Path(trainer.default_root_dir) / "eval_problems" / f"iteration-{iteration:04d}.json",
+                           iteration, result)
         return {**metrics, "time/evaluate": time.perf_counter() - started}
+
+
+def problem_counts(result: dict[str, Any]) -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """``split -> mode -> {"problem", "num_samples", "num_correct"}`` lists in problem order, from
+    :func:`~lit_entropy.evaluation.evaluate_splits`'s result (or ``evaluate``'s, as the split ``all``)."""
+    splits = result.get("splits") or {"all": {"sampled": result}}
+    return {split: {mode: {"problem": [p["prompt"] for p in r["per_problem"]],
+                           "num_samples": [int(p["num_samples"]) for p in r["per_problem"]],
+                           "num_correct": [int(p["num_correct"]) for p in r["per_problem"]]}
+                    for mode, r in runs.items()}
+            for split, runs in splits.items()}
+
+
+def write_problems(path: Path, iteration: int, result: dict[str, Any]) -> None:
+    """One evaluation's per-problem counts as JSON, written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"iteration": iteration, "splits": problem_counts(result)}, separators=(",", ":")))
+    tmp.replace(path)

@@ -294,3 +294,35 @@ def test_evaluate_splits_keeps_greedy_sampled_format_and_skill_apart():
         assert f"{g}/pass@4" not in res and f"{g}/accuracy" not in res
         assert res["splits"][split]["greedy"]["num_samples"] == 6
     assert splits == source.eval_splits(6, seed=0) != source.eval_splits(6, seed=1)
+
+
+def test_evaluate_splits_by_name_at_their_own_sizes_with_per_problem_counts(tmp_path):
+    import json
+
+    from lit_entropy.callbacks.evaluation import write_problems
+    from lit_entropy.evaluation import evaluate_splits
+    from lit_entropy.tasks.arithmetic import ArithmeticConfig, arithmetic_reward
+    from lit_entropy.tasks.prompts import ArithmeticPrompts
+
+    source = ArithmeticPrompts(task=ArithmeticConfig(tuning_share=0.5, retention=True), answer_format="number")
+    sizes = {"held_out": 5, "retention": 3, "tuning": 0}
+    wanted = {split: source.problems(k, 0, split) for split, k in sizes.items()}
+    engine = ArithmeticEngine({p.text: p.reference for prompts in wanted.values() for p in prompts})
+    bundle = PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused")
+    sampler = Sampler(engine, SamplingConfig(max_new_tokens=32), RewardConfig(workers=1, mode="inline"))
+    sampler.start(bundle, arithmetic_reward)
+    try:
+        res = evaluate_splits(bundle, source, sampler, sizes, n=2, ks=[1, 2], seed=0)
+        with pytest.raises(ValueError, match=r"\['test'\] are not splits of this task"):
+            evaluate_splits(bundle, source, sampler, {"test": 4}, n=2, ks=[1], seed=0)
+    finally:
+        sampler.close()
+    assert list(res["splits"]) == ["held_out", "retention"]  # tuning at 0: never read
+    assert "eval/tuning/greedy/pass@1" not in res and res["eval/retention/greedy/pass@1"] == 1.0
+    write_problems(tmp_path / "it.json", 3, res)
+    counts = json.loads((tmp_path / "it.json").read_text())
+    assert counts["iteration"] == 3
+    held = counts["splits"]["held_out"]
+    assert held["greedy"]["problem"] == [p.text for p in wanted["held_out"]]
+    assert held["greedy"]["num_correct"] == [1] * 5 and held["sampled"]["num_samples"] == [2] * 5
+    assert held["sampled"]["num_correct"] == [0] * 5 and len(counts["splits"]["retention"]["greedy"]["problem"]) == 3

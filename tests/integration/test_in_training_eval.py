@@ -70,3 +70,23 @@ def test_final_ks_beyond_final_n_fail_at_start_up():
 
     with pytest.raises(ValueError, match=r"callbacks.eval.final_ks=\[1, 16\]: every k must be in \[1, 8\]"):
         PeriodicEvalCallback(n=4, ks=(1, 4), final_n=8, final_ks=(1, 16))
+
+
+def test_per_problem_counts_are_written_for_every_evaluation(tmp_path, harness):
+    import json
+
+    run = harness.fit(["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=2",
+                       "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]",
+                       "callbacks.eval.per_problem=true"], tmp_path)
+    files = sorted((run.run_dir / "eval_problems").glob("*.json"))
+    assert [f.name for f in files] == ["iteration-0002.json", "iteration-0003.json"]
+    last = json.loads(files[-1].read_text())["splits"]["all"]["sampled"]
+    assert last["num_samples"] == [4] * 4 and len(last["problem"]) == 4
+    assert sum(last["num_correct"]) / 16 == pytest.approx(run.values("eval/accuracy")[-1])
+
+
+def test_named_splits_fail_at_start_up_where_they_cannot_run():
+    from lit_entropy.callbacks.evaluation import PeriodicEvalCallback
+
+    with pytest.raises(ValueError, match="counts must be >= 0, one at least > 0"):
+        PeriodicEvalCallback(num_problems={"held_out": 0})

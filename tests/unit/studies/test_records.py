@@ -296,3 +296,36 @@ def test_a_record_keeps_every_methods_dose_tag() -> None:
     for method, dose in METHOD_DOSE.items():
         for tag in filter(None, (dose.tag, *dose.legacy_tags)):
             assert tag.startswith(KEPT_TAGS), (method, tag)
+
+
+def test_machines_commits_and_per_problem_counts_travel_with_the_records(tmp_path: Path) -> None:
+    from studies.method_study import machine, record_attempt
+
+    src, dst, f, g = tmp_path / "study", tmp_path / "elsewhere", tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    new, old = src / "runs" / "grpo" / "seed0", src / "runs" / "grpo" / "seed1"
+    _run(new, lam=0.5)
+    _run(old, lam=0.5)
+    record_attempt(new, ROOT / "scripts" / "train.py")
+    attempts = record_attempt(new, ROOT / "scripts" / "train.py")  # resumed once: two attempts
+    assert len(attempts) == 2 and attempts[0]["machine"] == machine() and " cores" in machine()
+    (new / "done.json").write_text(json.dumps({"returncode": 0, "seconds": 17.0, "attempts": attempts}))
+    counts = {"held_out": {"sampled": {"problem": ["1+1", "2+2"], "num_samples": [4, 4], "num_correct": [1, 3]}}}
+    (new / "eval_problems").mkdir()
+    (new / "eval_problems" / "iteration-0003.json").write_text(json.dumps({"iteration": 3, "splits": counts}))
+    (new / "eval_problems" / "iteration-0006.json").write_text(json.dumps(
+        {"iteration": 6, "splits": {"held_out": {"sampled": {**counts["held_out"]["sampled"], "num_correct": [2, 4]}}}}))
+    export_records(src, f)
+    with gzip.open(f, "rt") as fh:
+        runs = json.load(fh)["runs"]
+    rec = runs["runs/grpo/seed0"]
+    assert [a["machine"] for a in rec["done"]["attempts"]] == [machine()] * 2
+    assert set(rec["done"]["attempts"][0]) == {"machine", "commit"}  # no start times: records rebuild byte for byte
+    held = rec["problems"]["splits"]["held_out"]["sampled"]
+    assert rec["problems"]["iteration"] == 6 and held["num_correct"] == [2, 4] and len(held["problems_sha"]) == 16
+    assert "problems" not in runs["runs/grpo/seed1"] and "attempts" not in runs["runs/grpo/seed1"]["done"]
+    import_records(f, dst)
+    export_records(dst, g)  # an imported study exports the same records
+    with gzip.open(g, "rt") as fh:
+        again = json.load(fh)["runs"]
+    assert again["runs/grpo/seed0"]["problems"] == rec["problems"]
+    assert again["runs/grpo/seed0"]["done"]["attempts"] == rec["done"]["attempts"]
