@@ -67,7 +67,7 @@ class StudyPlan:
     """``conf/callbacks/entropy`` entries, e.g. ``none``, ``entrocraft_hard``, ``adapo``."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     iterations: int = 40
-    eval_problems: int = 64
+    eval_problems: int | dict[str, int] = 64
     """Countdown evaluation problems evaluated after the last iteration (``eval_n`` samples each)."""
     eval_n: int = 8
     """Samples per evaluation problem (the largest k of pass@k)."""
@@ -138,6 +138,13 @@ def run_dir(out: Path, algo: str, controller: str, seed: int) -> Path:
     return out / "runs" / cell_name(algo, controller) / f"seed{seed}"
 
 
+def problems_value(problems: int | dict[str, int]) -> str:
+    """``callbacks.eval.num_problems`` as an override: a count, or ``{held_out:256,retention:64}`` (named splits)."""
+    if isinstance(problems, dict):
+        return "{" + ",".join(f"{split}:{int(n)}" for split, n in problems.items()) + "}"
+    return str(problems)
+
+
 def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: Path, train_script: Path) -> list[str]:
     """The ``scripts/train.py`` command line of one run (``algo`` may carry a variant: ``algo@variant``)."""
     algo_name, _, variant = algo.partition("@")
@@ -146,7 +153,7 @@ def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: P
         f"algo={algo_name}", f"callbacks/entropy={controller}", f"seed={seed}",
         f"trainer.max_epochs={plan.iterations}", "task_name=method_study",
         "callbacks/eval=periodic", f"callbacks.eval.every_n_iterations={plan.eval_every or plan.iterations}",
-        f"callbacks.eval.num_problems={plan.eval_problems}", f"callbacks.eval.n={plan.eval_n}",
+        f"callbacks.eval.num_problems={problems_value(plan.eval_problems)}", f"callbacks.eval.n={plan.eval_n}",
         f"callbacks.eval.ks=[{','.join(map(str, plan.eval_ks))}]",
         *((f"callbacks.eval.final_n={plan.eval_final_n}", f"callbacks.eval.final_ks=[{','.join(map(str, plan.eval_final_ks))}]")
           if plan.eval_final_n else ()),

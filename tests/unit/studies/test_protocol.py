@@ -422,3 +422,30 @@ def test_the_report_follows_each_methods_dose_over_the_run(tmp_path: Path) -> No
     assert lines[head + 2] == "| method | scalar | seeds | iterations 1–2 |"
     assert lines[head + 4] == "| clip_cov | train/masked_frac_clip_cov | 3 | 0.0300 |"  # (0.02 + 0.02 + 0.05) / 3
     assert len([line for line in lines[head + 4:] if line.startswith("| grpo")]) == 0  # GRPO has no dose
+
+
+VERDICTS = CONF / "protocol" / "verdicts.yaml"
+
+
+def test_the_verdicts_protocol_declares_a_plan_that_can_decide() -> None:
+    """Issue 77's plan: every primary claim can survive Holm at the declared seeds, tuning reads the tuning split
+    alone and the evaluation never does, and the runs record what the problem-level bootstrap and pairing need."""
+    from studies.significance import p_floor, seeds_needed
+
+    p = load_protocol(VERDICTS)
+    methods = [m for m in p.methods if m != p.baseline]
+    family = sum(len(p.claims_of(m)) for m in methods)
+    assert len(methods) == 8 and family == 24
+    assert [c.metric for c in p.claims] == ["ho_pass@1", "ho_pass@64", "re_pass@1"]
+    assert (p.interval.kind, p.interval.correction, p.interval.alpha) == ("sign_flip", "holm", 0.05)
+    assert len(p.evaluation_seeds) >= seeds_needed(family) and p_floor(len(p.evaluation_seeds)) <= 0.05 / family
+    assert not set(p.tuning_seeds) & set(p.evaluation_seeds) and p.min_evaluation_seeds == len(p.evaluation_seeds)
+    assert p.phase_eval("tune")["problems"] == {"tuning": 128} and all(c.startswith("tu_") for c in p.criterion)
+    evaluate = p.phase_eval("evaluate")
+    assert evaluate["problems"] == {"held_out": 256, "retention": 64} and evaluate["final_n"] >= 64
+    assert {"callbacks.eval.per_problem=true", "data.prompts.task.retention=true"} <= set(p.overrides)
+    assert {pt.method for pt in p.tuning_points()} == {"grpo", "dapo_kl_cov", "dapo_stare", "dapo_repo_r"}
+
+def test_every_cell_of_the_verdicts_protocol_composes_and_builds() -> None:
+    p = load_protocol(VERDICTS)
+    assert check_points(p, p.all_points()) == 14
