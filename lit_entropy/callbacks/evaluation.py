@@ -90,8 +90,9 @@ class PeriodicEvalCallback(pl.Callback):
         if prompts is None or not hasattr(prompts, "eval_splits"):
             return [f"eval/pass@{k}" for k in ks]
         tags = []
-        splits = self.num_problems if isinstance(self.num_problems, Mapping) else prompts.eval_splits(1, seed=self.seed)
-        for split in (s for s in splits if not isinstance(splits, Mapping) or splits[s] > 0):
+        named = isinstance(self.num_problems, Mapping)  # the named splits with problems, else every split there is
+        splits = [s for s, k in self.num_problems.items() if k > 0] if named else prompts.eval_splits(1, seed=self.seed)
+        for split in splits:
             tags += [f"eval/{split}/greedy/pass@1"] if self.greedy else []
             tags += [f"eval/{split}/sampled/pass@{k}" for k in ks]
         return tags

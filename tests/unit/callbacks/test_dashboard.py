@@ -109,6 +109,10 @@ def test_the_evaluation_names_the_pass_at_k_it_logs():
     assert PeriodicEvalCallback(n=4, ks=(1, 4), greedy=False).headline_tags(SimpleNamespace(prompts=object())) == [
         "eval/pass@1", "eval/pass@4"]
     assert headline_tags(["eval/pass@4"])[-1] == "eval/pass@4"
+    named = PeriodicEvalCallback(num_problems={"held_out": 4, "tuning": 0, "retention": 2}, n=4, ks=(1, 4))
+    assert named.headline_tags(splits) == [
+        "eval/held_out/greedy/pass@1", "eval/held_out/sampled/pass@1", "eval/held_out/sampled/pass@4",
+        "eval/retention/greedy/pass@1", "eval/retention/sampled/pass@1", "eval/retention/sampled/pass@4"]
 
 
 @pytest.mark.integration
