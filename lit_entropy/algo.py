@@ -15,15 +15,15 @@ import torch
 from omegaconf import DictConfig, ListConfig
 
 from lit_entropy import token_shaping
-from lit_entropy.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives import changes, losses, registry, selection
+from lit_entropy.objectives.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs
+from lit_entropy.objectives.reward_transforms import REWARD_TRANSFORMS
 
 LOSSES = tuple(losses.LOSSES)
 """Every registered policy loss (:mod:`lit_entropy.objectives.losses`)."""
 PPO_CLIP_LOSSES = tuple(name for name, loss in losses.LOSSES.items() if loss.ppo_clip)
 """The losses built on PPO's per-token ratio clip (what dual_clip, archer, simko and the clip rules change)."""
-REWARD_TRANSFORMS = ("unlikeliness",)
 
 
 @dataclass
@@ -107,7 +107,7 @@ class AlgoConfig:
         self._check_choices()
         self._check_combinations()
         if self.advantage not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"algo.advantage={self.advantage!r}; choose one of {ADVANTAGE_ESTIMATORS}")
+            raise ValueError(f"algo.advantage={self.advantage!r}; choose one of {tuple(ADVANTAGE_ESTIMATORS)}")
         if self.loss_agg not in registry.LOSS_AGGREGATIONS:
             raise ValueError(f"algo.loss_agg={self.loss_agg!r}; choose one of {registry.LOSS_AGGREGATIONS}")
         if not 0 <= self.eps_low < 1:

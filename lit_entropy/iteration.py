@@ -1,23 +1,27 @@
 """One RL iteration, read top to bottom: :func:`run` is the whole algorithm up to the update (docs/design.md §3).
 
-Lightning calls ``RolloutDataModule.train_dataloader()`` at the start of every epoch (one epoch is one iteration;
-the trainer reloads its data every epoch), and that method is :func:`run`. Each step below is a call of a plain
-function or of the object that owns that step's state:
+Lightning asks the DataModule for a new loader at the start of every epoch (one epoch is one iteration; the trainer
+reloads its data every epoch); ``RolloutDataModule.train_dataloader()`` hands itself, as the :class:`RolloutSource`,
+to the module's ``iteration_loader``, which is :func:`run`. Every step below is called from :func:`run` itself, for
+the synchronous and the overlapped path (``rollout.max_staleness`` >= 1) alike:
 
 ====  =====================================================  ===========================================
 step  what                                                   who owns it
 ====  =====================================================  ===========================================
 0     the iteration boundary (checkpoints)                   callbacks' ``on_rollout_start``
 1     weight sync into the engine                            the sampler (:mod:`lit_entropy.rollout`)
-2     sample and score G completions per prompt              the DataModule and its sampler
+2     sample and score G completions per prompt (or take     the source (:class:`RolloutSource`); ahead
+      the batch sampled ahead, :func:`sample_ahead`)         of time, the sampler's producer
 3     pre-update pass: old log-probs, entropy, reference     the policy module (its forward; or, with
                                                              ``module.pre_update_pass=skip``, the first
                                                              minibatch's forward: :func:`skip_refusals`)
-4     advantages (reward transform, estimator, shaping)      :mod:`lit_entropy.advantages`, token_shaping
+4     advantages (reward transform, estimator, shaping)      :mod:`lit_entropy.objectives.advantages`,
 5     mismatch correction, truncation mask, row filters      :mod:`lit_entropy.objectives.rollout_correction`
 6     stop a run that diverged without a NaN                 :func:`check_divergence`
-7     controllers and diagnostics read the batch and act     callbacks' ``on_rollout_batch``
-8     the kept rows as minibatches, one optimizer step each  the DataModule
+7     controllers and diagnostics read the batch and act;    callbacks' ``on_rollout_batch``; a
+      a controller that needs more samples returns a         :class:`DrawRequest` is drawn here
+      :class:`DrawRequest` and :func:`draw` serves it        (:func:`draw`), before the next callback
+8     the kept rows as minibatches, one optimizer step each  :func:`minibatch_loader`
 ====  =====================================================  ===========================================
 
 The update itself (token selection, micro-batch losses, clip, optimizer step) is the module's ``training_step``,
@@ -25,30 +29,35 @@ which Lightning calls once per minibatch. The module logs the batch's per-iterat
 from the loader Lightning holds (:class:`UpdateData`): nothing is parked on another object to be picked up later.
 
 Callbacks are the one mechanism for controllers, diagnostics and checkpoints: Lightning calls their usual hooks,
-and :func:`call_rollout_hooks` calls the two that Lightning has no place for (steps 0 and 7), in callback order.
+and :func:`run` calls the two that Lightning has no place for (steps 0 and 7), in callback order. This module
+imports nothing of ``lit_entropy.data``, ``lit_entropy.module`` or ``lit_entropy.callbacks``: they depend on it,
+through :class:`RolloutSource`, :class:`TrainablePolicy` and :class:`DrawRequest`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_entropy import advantages as adv
 from lit_entropy import token_shaping
 from lit_entropy.algo import AlgoConfig
+from lit_entropy.objectives import advantages as adv
 from lit_entropy.objectives.policy_loss import masked_mean
+from lit_entropy.objectives.reward_transforms import REWARD_TRANSFORMS
 from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from lit_entropy.rollout.filters import apply_filters
-from lit_entropy.rollout.overlap import staleness_metrics
+from lit_entropy.rollout.overlap import Job, Producer, staleness_metrics
 
-if TYPE_CHECKING:
-    from lit_entropy.data.rollout_datamodule import RolloutDataModule
+log = logging.getLogger(__name__)
 
 
 class TrainablePolicy(Protocol):
@@ -67,29 +76,150 @@ class TrainablePolicy(Protocol):
         """Old log-probs, entropy (and the reference's log-probs, scores, top-K mass when asked for) into ``batch``."""
 
 
-def run(data: RolloutDataModule, trainer: pl.Trainer, policy: TrainablePolicy, iteration: int) -> DataLoader:
+class RolloutSource(Protocol):
+    """What an iteration needs of its data (:class:`~lit_entropy.data.rollout_datamodule.RolloutDataModule`):
+    prompts drawn, sampled and scored into batches, and the engine's weights kept in step."""
+
+    sampler: Any
+    """Syncs the engine's weights (``sync(model, version)``) and owns the overlap's producer."""
+    batch: BatchConfig
+    seed: int
+
+    @property
+    def producer(self) -> Producer | None:
+        """The producer that samples batches ahead (``rollout.max_staleness`` >= 1), or None."""
+
+    def start(self, policy: TrainablePolicy) -> None:
+        """Start the engine and the reward workers for ``policy`` (once; later calls do nothing)."""
+
+    def sample_batch(self, tok: Any, iteration: int, metrics: dict[str, float]) -> RolloutBatch:
+        """Batch ``iteration``: its prompts sampled and scored now (step 2); times and ``rollout/*`` into
+        ``metrics``."""
+
+    def generation_job(self, tok: Any, iteration: int) -> Job:
+        """The engine's part of batch ``iteration``, to run on the producer's thread."""
+
+    def finish_batch(self, iteration: int, first: Any) -> tuple[RolloutBatch, dict[str, float]]:
+        """Batch ``iteration`` and its metrics from its :meth:`generation_job`'s result, in the trainer's thread."""
+
+    def sample_extra(self, tok: Any, iteration: int, temperature: float, n: int, label: str,
+                     metrics: dict[str, float]) -> RolloutBatch:
+        """G more completions for the first ``n`` prompts of the iteration, at ``temperature``, scored."""
+
+
+@dataclass
+class DrawRequest:
+    """More samples a controller asks the iteration for (AEPO), returned from its ``on_rollout_batch``: :func:`draw`
+    samples them from the current weights, lets ``choose`` pick rows, runs the pre-update pass on those, lets
+    ``prepare`` set their fields and puts them in place of the batch's first rows, before the next callback reads
+    the batch. The controller itself touches neither the data nor the module."""
+
+    temperature: float
+    """The sampling temperature of the extra completions."""
+    prompts: int
+    """How many of the iteration's first prompts are sampled again (G completions each)."""
+    label: str
+    """Names the draw's own sampling seed (so the iteration's batch is unchanged by it) and its ``time/<label>``."""
+    choose: Callable[[RolloutBatch], torch.Tensor]
+    """The rows of the scored draw to keep (indices), before their pre-update pass."""
+    prepare: Callable[[RolloutBatch, RolloutBatch], None]
+    """``prepare(batch, rows)``: the kept rows' advantages, weights and masks, after their pass (called when any)."""
+
+
+def run(source: RolloutSource, trainer: pl.Trainer, policy: TrainablePolicy, iteration: int) -> DataLoader:
     """One RL iteration up to the update; the loader serves its minibatches to ``training_step``."""
+    producer = source.producer  # rollout.max_staleness >= 1: step 2 was sampled during the previous update
+    waited = producer.drain(source.finish_batch) if producer is not None else 0.0  # in the boundary's checkpoint
+    call_rollout_hooks(trainer, "on_rollout_start")  # 0. the boundary: checkpoints are written here
+    source.start(policy)
+    t0 = time.perf_counter()
+    source.sampler.sync(policy.model, iteration)  # 1. the engine samples from the weights being trained
+    t_sync = time.perf_counter() - t0
     dropped = 0
-    if data.producer is not None:  # rollout.max_staleness >= 1: steps 0-2 overlap the previous update
-        batch, metrics, dropped = data.overlapped_batch(trainer, policy, iteration)
+    if producer is None:
+        metrics = {"time/generate": 0.0, "time/score": 0.0, "time/sync": t_sync}
+        batch = source.sample_batch(policy.tokenizer, iteration, metrics)  # 2. G scored completions per prompt
     else:
-        call_rollout_hooks(trainer, "on_rollout_start")  # 0. the boundary: checkpoints are written here
-        data.start(policy)
-        metrics = {"time/generate": 0.0, "time/score": 0.0}
-        t0 = time.perf_counter()
-        data.sampler.sync(policy.model, iteration)  # 1. the engine samples from the weights being trained
-        metrics["time/sync"] = time.perf_counter() - t0
-        batch = data.sample_batch(policy.tokenizer, iteration, metrics)  # 2. G scored completions per prompt
+        batch, metrics, dropped, wait_more = sample_ahead(source, producer, policy.tokenizer, iteration)  # 2.
+        metrics.update({"time/sync": t_sync, "time/wait_rollout": waited + wait_more,
+                        "rollout/stale_dropped_rows": float(dropped)})
     prepare_update(policy, batch)  # 3.-6.
     batch.metrics = {**metrics, **batch.metrics}
     t0 = time.perf_counter()
-    call_rollout_hooks(trainer, "on_rollout_batch", batch)  # 7. controllers read rollout/entropy and act
+    for hook in rollout_hooks(trainer, "on_rollout_batch"):  # 7. controllers read rollout/entropy and act
+        request = hook(trainer, trainer.lightning_module, batch)
+        if request is not None:  # more samples, drawn before the next callback reads the batch
+            draw(source, policy, batch, request, iteration)
     if dropped:  # rows over the staleness bound (policy `drop`) leave the update after the hooks saw them
         batch.keep = torch.zeros_like(batch.keep)
     batch.metrics.update(staleness_metrics(batch, iteration))  # none on the synchronous path
     batch.metrics["control/kept_frac"] = float(batch.keep.float().mean())
     batch.metrics["time/prepare"] = batch.metrics.get("time/prepare", 0.0) + time.perf_counter() - t0
-    return data.minibatch_loader(batch, iteration)  # 8. one optimizer step per minibatch
+    return minibatch_loader(batch, source.batch, source.seed, iteration)  # 8. one optimizer step per minibatch
+
+
+def sample_ahead(source: RolloutSource, producer: Producer, tok: Any, iteration: int
+                 ) -> tuple[RolloutBatch, dict[str, float], int, float]:
+    """Step 2 with ``rollout.max_staleness = k >= 1`` (:mod:`lit_entropy.rollout.overlap`): launch batch
+    ``iteration + k`` from the weights just synced (and any other batch of ``[iteration, iteration + k]`` neither
+    ready nor in flight), then take batch ``iteration``, sampled by version ``max(0, iteration - k)``. Returns the
+    batch, its metrics, how many of its rows are over the staleness bound (policy ``drop``) and the seconds waited."""
+    for j in producer.wanted(iteration):
+        producer.launch(j, iteration, source.generation_job(tok, j))  # past max_epochs too: a longer resume
+    # The first iteration of a process (the start, a resume) waits for every batch it launched: the uninterrupted
+    # run's first background generation ran beside no update (iteration 0 fills the pipeline), and a resumed
+    # process whose first one did changed the update's last bits in the SIGKILL resume test.
+    waited = producer.drain(source.finish_batch, upto=iteration if producer.warm else None)
+    producer.warm = True
+    taken = producer.take(iteration)
+    if taken is None:  # policy `wait` on a batch over the bound: sampled again from the current weights
+        producer.launch(iteration, iteration, source.generation_job(tok, iteration))
+        waited += producer.drain(source.finish_batch, upto=iteration)
+        taken = producer.take(iteration)
+    batch, metrics, dropped = taken
+    return batch, metrics, dropped, waited
+
+
+def draw(source: RolloutSource, policy: TrainablePolicy, batch: RolloutBatch, request: DrawRequest,
+         iteration: int) -> None:
+    """Serve a controller's :class:`DrawRequest` in step 7: sample and score the extra completions from the current
+    weights, keep the rows it chooses, run the pre-update pass on them and put them in place of the batch's first
+    rows; ``time/<label>`` into the batch's metrics."""
+    t0 = time.perf_counter()
+    extra = source.sample_extra(policy.tokenizer, iteration, request.temperature, request.prompts, request.label, {})
+    chosen = request.choose(extra)
+    if chosen.numel():
+        rows = extra.take(chosen)
+        policy.pre_update_pass(rows)
+        resp = rows.response_mask
+        if not (torch.isfinite(rows.old_logp[resp]).all() and torch.isfinite(rows.entropy[resp]).all()):
+            raise FloatingPointError(f"non-finite log-prob or entropy in the pre-update pass of {request.label}'s rows")
+        request.prepare(batch, rows)
+        batch.replace_rows(rows, pad_id=policy.tokenizer.pad_id)
+    batch.metrics[f"time/{request.label}"] = time.perf_counter() - t0
+
+
+def draw_refusals(callbacks: list[Any], max_staleness: int) -> list[str]:
+    """The callbacks that return a :class:`DrawRequest` (their class sets ``draws = True``) cannot run with
+    ``rollout.max_staleness`` >= 1: their extra samples must come from the current weights."""
+    if max_staleness <= 0:
+        return []
+    return [type(cb).__name__ for cb in callbacks if getattr(cb, "draws", False)]
+
+
+def minibatch_loader(batch: RolloutBatch, cfg: BatchConfig, seed: int, iteration: int) -> DataLoader:
+    """Step 8: the kept rows, shuffled into ``num_minibatches`` minibatches, ``ppo_epochs`` times."""
+    gen = torch.Generator().manual_seed(seed * 7919 + iteration)
+    minibatches = []
+    for _ in range(cfg.ppo_epochs):
+        minibatches.extend(batch.minibatches(cfg.num_minibatches, generator=gen))
+    if not minibatches:
+        log.warning("iteration %d: every row was rejected; no update this iteration", iteration)
+        minibatches = [batch.select(torch.arange(0))]  # one empty step keeps Lightning's epoch going
+    # generator=: each iterator draws a seed, and Lightning makes more iterators in a fresh process's later
+    # epochs than in a resumed one's first; from the global RNG that would break exact resume.
+    return DataLoader(UpdateData(batch, minibatches), batch_size=None, shuffle=False, collate_fn=lambda x: x,
+                      generator=gen)
 
 
 def prepare_update(policy: TrainablePolicy, batch: RolloutBatch) -> None:
@@ -158,8 +288,9 @@ def skip_refusals(algo: AlgoConfig, correction: CorrectionConfig, changes: list[
     out += [f"algo.{name} (reads the pre-update entropy)" for name in changes]  # Archer, ERC, SimKO
     if algo.token_shaping is not None:
         out.append(f"algo.token_shaping={algo.token_shaping} (shapes on the pre-update entropy)")
-    if algo.reward_transform == "unlikeliness":
-        out.append("algo.reward_transform=unlikeliness (ranks on the pre-update log-probs)")
+    transform = REWARD_TRANSFORMS.get(algo.reward_transform) if algo.reward_transform is not None else None
+    if transform is not None and transform.reads_pass:
+        out.append(f"algo.reward_transform={algo.reward_transform} ({transform.reads_pass})")
     if replays:
         out.append("rollout.top_p / rollout.top_k (the untruncated entropy, rollout/entropy_full, needs the pass)")
     return out
@@ -175,9 +306,8 @@ def assign_advantages(algo: AlgoConfig, batch: RolloutBatch) -> None:
     """``batch.advantages`` (one per row) and ``batch.token_advantages`` (per token): the reward transform, the
     estimator (docs/design.md §7.1), then the per-token shaping rules on the pre-update entropy (§7.9)."""
     rewards, resp = batch.rewards, batch.response_mask
-    if algo.reward_transform == "unlikeliness":
-        seq_logp = torch.where(resp, batch.old_logp, 0.0).sum(-1) / resp.sum(-1).clamp(min=1)
-        rewards = adv.unlikeliness_rewards(rewards, seq_logp, batch.group_size, beta_rank=algo.beta_rank)
+    if algo.reward_transform is not None:
+        rewards = REWARD_TRANSFORMS[algo.reward_transform].apply(rewards, batch, algo)
     batch.advantages = adv.compute_advantages(algo.advantage, rewards, batch.group_size, **algo.advantage_args)
     batch.token_advantages = batch.advantages[:, None].expand_as(batch.input_ids).clone()
     if algo.token_shaping is not None:
@@ -228,13 +358,19 @@ def check_divergence(metrics: dict[str, float], vocab: int | None, uniform_entro
                            f"module.max_logp_mismatch_mean={max_logp_mismatch_mean}; {cause}")
 
 
-def call_rollout_hooks(trainer: pl.Trainer, name: str, *args: Any) -> None:
-    """Call ``name(trainer, module, *args)`` on every callback that defines it, in the callback list's order: the
-    entropy controller first, then the diagnostics and the law fit (docs/design.md §6.2)."""
+def rollout_hooks(trainer: pl.Trainer, name: str) -> Iterator[Callable[..., Any]]:
+    """The callbacks' hooks called ``name``, in the callback list's order: the entropy controller first, then the
+    diagnostics and the law fit (docs/design.md §6.2)."""
     for cb in trainer.callbacks:
         hook = getattr(cb, name, None)
         if callable(hook):
-            hook(trainer, trainer.lightning_module, *args)
+            yield hook
+
+
+def call_rollout_hooks(trainer: pl.Trainer, name: str, *args: Any) -> None:
+    """Call ``name(trainer, module, *args)`` on every callback that defines it, in the callback list's order."""
+    for hook in rollout_hooks(trainer, name):
+        hook(trainer, trainer.lightning_module, *args)
 
 
 class UpdateData(Dataset):

@@ -29,6 +29,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from torch.utils.data import DataLoader
 
 from lit_entropy import iteration
 from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
@@ -375,6 +376,12 @@ class PolicyModule(pl.LightningModule):
         warm = max(1, cfg.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---- the iteration ---------------------------------------------------------------------------
+    def iteration_loader(self, source: iteration.RolloutSource) -> DataLoader:
+        """This epoch's RL iteration up to the update, from ``source`` (the DataModule, whose ``train_dataloader``
+        Lightning calls at every epoch's start): :func:`lit_entropy.iteration.run`; its minibatches as the loader."""
+        return iteration.run(source, self.trainer, self, self.trainer.current_epoch)
 
     # ---- per-iteration logging -------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Per-token advantage shaping from the pre-update entropy (``algo.token_shaping``).
 
-Applied in the pre-update pass after the sequence advantages (:mod:`lit_entropy.advantages`), before any
+Applied in the pre-update pass after the sequence advantages (:mod:`lit_entropy.objectives.advantages`), before any
 controller sees the batch. Every rule is a pure function of ``[B]`` / ``[B, L]`` tensors laid out like a
 :class:`~lit_entropy.rollout.batch.RolloutBatch`: rows right-padded, contiguous groups of ``G`` rows, a boolean
 ``response_mask``, ``entropy`` the full-vocabulary entropy of each position under the policy that sampled

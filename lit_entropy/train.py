@@ -16,11 +16,12 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy import advantages as adv
 from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams, varied_keys
 from lit_entropy.checkpointing import check_resumable
 from lit_entropy.interrupt import InterruptLatch
+from lit_entropy.iteration import draw_refusals
 from lit_entropy.log_steps import tensorboard_resume, write_again
+from lit_entropy.objectives import advantages as adv
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.policy.precision import cpu_half_support, slow_half_precision_note
 from lit_entropy.rollout.base import SamplingConfig
@@ -234,6 +235,10 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch(), dashboard]
     check_knob_owners(callbacks, algo)
     check_controllers_and_algo(callbacks, algo)
+    drawers = draw_refusals(callbacks, sampler.sampling.max_staleness)
+    if drawers:
+        raise ValueError(f"{', '.join(drawers)} draws extra rows from the current weights, but rollout.max_staleness="
+                         f"{sampler.sampling.max_staleness} samples ahead: use rollout.max_staleness=0")
     module = instantiate(cfg.module, policy=spec.build(), algo=algo, optim=optim, batch=batch, correction=correction,
                          _recursive_=False)
     loggers = instantiate_loggers(cfg.get("logger"), resume_step, resume_iteration)

@@ -6,14 +6,14 @@ Wang et al. 2025; docs/design.md §7.4.9.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from lit_entropy import advantages as adv
 from lit_entropy.callbacks.base import Dose, EntropyController, config_error
+from lit_entropy.iteration import DrawRequest
+from lit_entropy.objectives import advantages as adv
 from lit_entropy.rollout.batch import RolloutBatch
 
 REINFORCE_ROWS = 60 / 2560
@@ -58,8 +58,8 @@ class AEPOCallback(EntropyController):
 
     1. ``T′ = t_high`` (1.2) if ``H ≤ H*``, else ``T′ = t_low`` (0.8) (:func:`aepo_temperature`);
     2. G more completions are drawn at temperature T′ for the first ``⌊prompt_frac·P⌋`` (¼) of this iteration's
-       P prompts (:func:`aepo_prompts`) and scored
-       (:meth:`~lit_entropy.data.rollout_datamodule.RolloutDataModule.sample_extra`);
+       P prompts (:func:`aepo_prompts`) and scored: AEPO returns the request (a
+       :class:`~lit_entropy.iteration.DrawRequest`) and the iteration draws them (:func:`lit_entropy.iteration.draw`);
     3. those whose GRPO advantage within their own group exceeds ``threshold`` (0.05: better than the group) are
        eligible; ``n = min(rows, eligible)`` at or under the target, ``min(rows, eligible) // 2`` above it
        (:func:`aepo_rows`), with ``rows = max(1, round(rows_frac·B))`` (the code's 60 of 2,560); the first ``n``
@@ -115,48 +115,54 @@ class AEPOCallback(EntropyController):
         self.t_high, self.t_low = float(t_high), float(t_low)
         self.prompt_frac, self.rows_frac, self.threshold = float(prompt_frac), float(rows_frac), float(threshold)
 
+    draws = True
+    """It asks the iteration for extra samples (a :class:`~lit_entropy.iteration.DrawRequest`), which must come from
+    the current weights: refused with ``rollout.max_staleness`` >= 1 (:func:`lit_entropy.iteration.draw_refusals`)."""
+
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
-        data = getattr(trainer, "datamodule", None)
-        sampling = getattr(getattr(data, "sampler", None), "sampling", None)
-        if sampling is not None and sampling.max_staleness > 0:
-            raise config_error("", f"AEPO draws its extra rows from the current weights, but rollout.max_staleness="
-                               f"{sampling.max_staleness} samples ahead: use rollout.max_staleness=0")
-        prompts = getattr(getattr(data, "batch", None), "prompts_per_iter", None)
+        prompts = getattr(getattr(pl_module, "batch_cfg", None), "prompts_per_iter", None)
         if prompts is not None and aepo_prompts(self.prompt_frac, prompts) < 1:
             raise config_error("prompt_frac", f"{self.prompt_frac} of batch.prompts_per_iter={prompts} prompts is "
                                f"{aepo_prompts(self.prompt_frac, prompts)} (the authors' code takes "
                                "⌊prompt_frac·P⌋, ⌊P/4⌋): AEPO would draw nothing; raise prompt_frac or the prompts")
 
+    def on_rollout_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch
+                         ) -> DrawRequest:
+        """Steps 1-2 of the law: the temperature from this batch's entropy, and the request for the extra samples,
+        which the iteration draws (:func:`lit_entropy.iteration.draw`); step 3 runs in the request's ``choose``
+        (which rows) and :meth:`prepare` (their fields, after their pre-update pass), which it calls."""
+        entropy = float(batch.metrics["rollout/entropy"])
+        target = self.target_value(trainer, entropy)
+        self.note_far(trainer, entropy, target)
+        temperature = aepo_temperature(entropy, target, self.t_high, self.t_low)
+        prompts = aepo_prompts(self.prompt_frac, pl_module.batch_cfg.prompts_per_iter)  # of the first round's P
+
+        def choose(extra: RolloutBatch) -> torch.Tensor:
+            rows = max(1, round(self.rows_frac * batch.batch_size))
+            eligible = eligible_rows(extra.rewards, extra.group_size, self.threshold)
+            chosen = eligible[: aepo_rows(eligible.numel(), rows, above=entropy > target)]
+            self.record(batch, target, {
+                "control/aepo_temperature": temperature,
+                "control/aepo_rows_frac": chosen.numel() / batch.batch_size,
+                "control/aepo_eligible_frac": eligible.numel() / extra.batch_size,
+                "control/aepo_reward_mean": float(extra.rewards.mean()),
+            })
+            return chosen
+
+        return DrawRequest(temperature, prompts, "aepo", choose, self.prepare)
+
     def control(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch, entropy: float, target: float
     ) -> dict[str, float]:
-        data = trainer.datamodule
-        t0 = time.perf_counter()
-        rows = max(1, round(self.rows_frac * batch.batch_size))
-        temperature = aepo_temperature(entropy, target, self.t_high, self.t_low)
-        times: dict[str, float] = {}
-        extra = data.sample_extra(pl_module.tokenizer, trainer.current_epoch, temperature,
-                                  aepo_prompts(self.prompt_frac, data.batch.prompts_per_iter), "aepo", times)
-        eligible = eligible_rows(extra.rewards, extra.group_size, self.threshold)
-        chosen = eligible[: aepo_rows(eligible.numel(), rows, above=entropy > target)]
-        if chosen.numel():
-            self.replace(pl_module, batch, extra.take(chosen))
-        batch.metrics["time/aepo"] = time.perf_counter() - t0  # not in the returned metrics: they go into the state
-        return {
-            "control/aepo_temperature": temperature,
-            "control/aepo_rows_frac": chosen.numel() / batch.batch_size,
-            "control/aepo_eligible_frac": eligible.numel() / extra.batch_size,
-            "control/aepo_reward_mean": float(extra.rewards.mean()),
-        }
+        raise TypeError("AEPO acts through the draw request of its on_rollout_batch, not through control()")
 
     @staticmethod
-    def replace(pl_module: pl.LightningModule, batch: RolloutBatch, rows: RolloutBatch) -> None:
-        """The pre-update pass on ``rows``, advantage +1, on-policy weights, then into the batch's first rows."""
-        pl_module.pre_update_pass(rows)
+    def prepare(batch: RolloutBatch, rows: RolloutBatch) -> None:
+        """The chosen rows, after their pre-update pass, as REINFORCE rows of ``batch``: advantage +1 on every token,
+        taken as on-policy (the sampler's log-probs set to the trainer's; no correction weight), and every field
+        the batch carries set, so that they can take the place of its first rows."""
         resp = rows.response_mask
-        if not (torch.isfinite(rows.old_logp[resp]).all() and torch.isfinite(rows.entropy[resp]).all()):
-            raise FloatingPointError("non-finite log-prob or entropy in AEPO's rows' pre-update pass")
         rows.advantages = torch.ones(rows.batch_size)
         rows.token_advantages = torch.where(resp, 1.0, 0.0)
         rows.sampler_logp = torch.where(resp, rows.old_logp, 0.0)
@@ -175,4 +181,3 @@ class AEPOCallback(EntropyController):
             rows.sampler_kept = None
         elif rows.sampler_kept is None:
             raise ValueError("the batch carries the sampler's kept sets but the extra draw does not")
-        batch.replace_rows(rows, pad_id=pl_module.tokenizer.pad_id)

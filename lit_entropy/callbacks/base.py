@@ -266,7 +266,11 @@ class EntropyController(pl.Callback):
         entropy = float(batch.metrics["rollout/entropy"])
         target = self.target_value(trainer, entropy)
         self.note_far(trainer, entropy, target)
-        metrics = {"control/target_entropy": target, **self.control(trainer, pl_module, batch, entropy, target)}
+        self.record(batch, target, self.control(trainer, pl_module, batch, entropy, target))
+
+    def record(self, batch: RolloutBatch, target: float, metrics: dict[str, float]) -> None:
+        """This iteration's ``control/*`` metrics (with the target) into the batch and the state."""
+        metrics = {"control/target_entropy": target, **metrics}
         self.samples_seen += batch.batch_size
         self.last = metrics
         batch.metrics.update(metrics)

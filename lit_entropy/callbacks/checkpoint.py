@@ -7,7 +7,7 @@ restored ``current_epoch``), so every controller steps one extra time; and with 
 writes ``last.ckpt`` only when training ends.
 
 This callback saves at the one point where an iteration is wholly done and the next has not begun:
-the start of ``RolloutDataModule.train_dataloader()`` (the datamodule calls ``on_rollout_start``),
+the start of each epoch's iteration (:func:`lit_entropy.iteration.run` calls ``on_rollout_start``, step 0),
 after the previous epoch is counted and its metrics are logged and flushed, before the next sync,
 rollout and controller step. Resuming it runs exactly the iterations that were not done. It saves:
 

@@ -67,6 +67,9 @@ class Producer:
         self.background = background
         self._executor: ThreadPoolExecutor | None = None
         self.thread_ident: int | None = None
+        self.warm = False
+        """Set after this process's first iteration, which waits for every batch it launched
+        (:func:`lit_entropy.iteration.sample_ahead`)."""
 
     # ---- the schedule ----------------------------------------------------------------------------
     def wanted(self, iteration: int, last: int | None = None) -> list[int]:

@@ -22,6 +22,7 @@ from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rewards.runner import RewardRunner
 from lit_entropy.rewards.shaping import soft_overlong_penalty
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig, truncate_at_stop
+from lit_entropy.rollout.overlap import Producer
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,11 @@ class Sampler:
         self.runner: RewardRunner | None = None
         self.tokenizer: Any = None
         self.synced = False
-        self.producer: Any = None
-        """The overlap's :class:`~lit_entropy.rollout.overlap.Producer` while one runs (``rollout.max_staleness``)."""
+        s = self.sampling
+        self.producer = (Producer(s.max_staleness, s.staleness_policy, engine_cores=s.engine_cores)
+                         if s.max_staleness > 0 else None)
+        """The overlap's :class:`~lit_entropy.rollout.overlap.Producer`, which samples batches ahead on its own
+        thread (``rollout.max_staleness`` >= 1), or None: the sampler owns it, as the engine it drives is its own."""
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(
@@ -102,6 +106,8 @@ class Sampler:
                 kwargs["copy_weights"] = True  # an engine sampling from the live module could not lag
             self.engine = self.engine_factory(**kwargs)
             self.check_dtype(precision)
+        if self.producer is not None:  # engines that cannot run beside the update keep the schedule, not the overlap
+            self.producer.background = bool(getattr(self.engine, "overlaps_update", False))
 
     def check_dtype(self, precision: str | None) -> None:
         """Warn when the engine samples in another dtype than the trainer computes in."""

@@ -1,8 +1,10 @@
 """The package's shape: no import cycles between its modules; the studies and the benchmarks outside the wheel,
 reading the package through its public surface.
 
-An import inside a function (a lazy import) runs later but still makes its module depend on the target: one
-that would close a cycle between parts of the package is rejected too (it only hides the cycle).
+An import inside a function (a lazy import) runs later but still makes its module depend on the target, and an
+import under ``if TYPE_CHECKING:`` never runs but still says the module knows the target's types: a cycle through
+either is rejected too (it only hides the cycle). The iteration's spine has a direction besides: the loop
+(``lit_entropy.iteration``) imports nothing of what calls it or what it calls through a protocol.
 
 All of it reads the source with ``ast`` (nothing is imported). The package is ``lit_entropy/``.
 """
@@ -64,26 +66,32 @@ def module_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFr
             stack += node.body
 
 
-def all_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement of the module, function-level (lazy) ones included; not those under
-    ``if TYPE_CHECKING:``, which never run."""
+def all_imports(tree: ast.Module, type_checking: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement of the module, function-level (lazy) ones included; those under
+    ``if TYPE_CHECKING:``, which never run, only with ``type_checking``."""
     type_only: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
             type_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in type_only:
+        if isinstance(node, ast.Import | ast.ImportFrom) and (type_checking or id(node) not in type_only):
             yield node
 
 
-def imported_modules(name: str, path: Path, modules: dict[str, Path], lazy: bool = False) -> set[str]:
+def every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement: module-level, function-level and under ``if TYPE_CHECKING:``."""
+    return all_imports(tree, type_checking=True)
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path], lazy: bool = False,
+                     types: bool = False) -> set[str]:
     """The package modules that importing ``name`` imports directly (their parent packages included,
     except the ones ``name`` itself sits in, which are already being imported); with ``lazy``, also those
-    its functions import when they run."""
+    its functions import when they run; with ``types`` too, those it imports for type checking only."""
     own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
     tree = ast.parse(path.read_text())
-    for node in (all_imports if lazy else module_level_imports)(tree):
+    for node in (every_import if types else all_imports if lazy else module_level_imports)(tree):
         if isinstance(node, ast.Import):
             targets |= {alias.name for alias in node.names}
             continue
@@ -138,10 +146,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
-def import_graph(lazy: bool = False) -> dict[str, set[str]]:
-    """Module -> the package modules it imports when it is imported (with ``lazy``, or when its functions run)."""
+def import_graph(lazy: bool = False, types: bool = False) -> dict[str, set[str]]:
+    """Module -> the package modules it imports when it is imported (with ``lazy``, or when its functions run;
+    with ``types``, also for type checking only)."""
     modules = package_modules()
-    return {name: imported_modules(name, path, modules, lazy) for name, path in modules.items()}
+    return {name: imported_modules(name, path, modules, lazy, types) for name, path in modules.items()}
 
 
 def part(module: str) -> str:
@@ -149,10 +158,10 @@ def part(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def parts_graph(lazy: bool = False) -> dict[str, set[str]]:
+def parts_graph(lazy: bool = False, types: bool = False) -> dict[str, set[str]]:
     """The import graph with each sub-package (and each top-level module) collapsed into one node."""
     graph: dict[str, set[str]] = {}
-    for module, targets in import_graph(lazy).items():
+    for module, targets in import_graph(lazy, types).items():
         graph.setdefault(part(module), set())
         for target in targets:
             graph.setdefault(part(target), set())
@@ -199,6 +208,34 @@ def test_no_lazy_import_closes_a_cycle_between_parts():
     what both sides need on the floor below them instead (e.g. ``RolloutBatch`` in ``lit_entropy.rollout``)."""
     found = cycles(parts_graph(lazy=True))
     assert not found, f"parts of the package that import each other through function-level imports:\n{describe(found)}"
+
+
+def test_no_import_cycle_of_any_kind():
+    """Module-level, function-level and type-checking imports together: no two modules, and no two parts, import
+    each other, around a loop or not."""
+    found = cycles(import_graph(types=True)) + cycles(parts_graph(types=True))
+    assert not found, f"modules or parts that import each other (any kind of import):\n{describe(found)}"
+
+
+def test_the_type_checking_graph_sees_type_only_imports():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\ndef f():\n    import b\n")
+    assert [ast.unparse(n) for n in every_import(tree)] == ["from typing import TYPE_CHECKING", "import a", "import b"]
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
+
+
+ITERATION_NEVER_IMPORTS = ("lit_entropy.data", "lit_entropy.module", "lit_entropy.callbacks", "lit_entropy.train",
+                           "lit_entropy.cli", "lit_entropy.policy")
+"""What calls the loop (the DataModule, the module, the entry points) or what it reaches through a protocol
+(``RolloutSource``, ``TrainablePolicy``, ``DrawRequest``): an import of them would be an arrow running back up."""
+
+
+def test_the_iteration_imports_nothing_that_calls_it():
+    graph = import_graph(types=True)
+    back = sorted(t for t in graph["lit_entropy.iteration"] if t.startswith(ITERATION_NEVER_IMPORTS))
+    assert not back, f"lit_entropy.iteration imports {back}: reach them through a protocol the iteration defines"
+    callers = sorted(m for m, targets in graph.items() if m.startswith("lit_entropy.data")
+                     and any(t.startswith(("lit_entropy.iteration", "lit_entropy.module")) for t in targets))
+    assert not callers, f"the rollout source imports the loop: {callers} (the loop calls it, not the other way round)"
 
 
 def test_the_package_imports_neither_the_studies_nor_the_benchmarks():

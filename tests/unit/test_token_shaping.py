@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_entropy import token_shaping as ts
-from lit_entropy.advantages import grpo
+from lit_entropy.objectives.advantages.grpo import grpo
 
 NAN = float("nan")
 

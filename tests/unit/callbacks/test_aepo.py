@@ -1,6 +1,6 @@
 """AEPOCallback (lit_entropy/callbacks/aepo.py): the switch, the counts held to a transcription of the authors' code,
-the eligible rows, the replacement of the batch's rows (with a policy whose pre-update pass is a closed form), its
-config errors. The real draw and update on the lab:
+the eligible rows, the draw the iteration serves for it and the replacement of the batch's rows (with a policy whose
+pre-update pass is a closed form), its config errors. The real draw and update on the lab:
 tests/integration/test_controllers.py; its exact resume: tests/integration/test_controller_resume.py."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lit_entropy.callbacks.aepo import (
     aepo_temperature,
     eligible_rows,
 )
+from lit_entropy.iteration import DrawRequest, draw, draw_refusals
 from tests.unit.rollout.test_batch import two_batches
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "callbacks" / "entropy" / "aepo.yaml"
@@ -81,40 +82,35 @@ def test_the_prompt_count_rounds_down_as_the_authors_code():
         assert aepo_prompts(k / m, p) == k * p // m, (k, m, p)
 
 
-class FakeData:
-    """A data module whose extra draw records the prompts asked for and returns ``extra`` rows."""
+class FakeExtra:
+    """A scored extra draw of ``rows`` rows (its rewards are replaced by the eligible rows the test patches in)."""
 
-    def __init__(self, prompts, extra_rows):
-        self.batch = SimpleNamespace(prompts_per_iter=prompts)
-        self.extra_rows, self.asked = extra_rows, []
-
-    def sample_extra(self, tok, iteration, temperature, n, label, metrics):
-        self.asked.append((temperature, n))
-        return SimpleNamespace(rewards=torch.zeros(self.extra_rows), group_size=4, batch_size=self.extra_rows,
-                               take=lambda idx: idx)
+    def __init__(self, rows):
+        self.rewards, self.group_size, self.batch_size = torch.zeros(rows), 4, rows
 
 
-def test_control_replaces_as_many_rows_as_the_authors_code(monkeypatch):
+def test_the_request_chooses_as_many_rows_as_the_authors_code(monkeypatch):
     """The callback's whole count, end to end, against the transcription: random batch sizes, row fractions,
-    prompts, eligible samples and entropies, the code's 60 rows of 2,560 with 3 eligible among them."""
-    replaced = []
-    monkeypatch.setattr(AEPOCallback, "replace", staticmethod(lambda module, batch, rows: replaced.append(len(rows))))
+    prompts, eligible samples and entropies, the code's 60 rows of 2,560 with 3 eligible among them. The callback
+    asks for the draw (temperature, prompts) and chooses its rows; it touches neither the data nor the module."""
     rng = random.Random(2)
     cases = [(2560, REINFORCE_ROWS, 512, 3, 0.7)]  # the code's setting: 60 rows allowed, 3 eligible, above target
     cases += [(rng.choice([8, 64, 256, 2560]), rng.choice([REINFORCE_ROWS, 0.09375, 0.25, 1.0]), rng.randint(4, 600),
                rng.randint(0, 80), rng.choice([0.3, 0.5, 0.7])) for _ in range(300)]
     for batch_rows, rows_frac, prompts, eligible, entropy in cases:
-        data = FakeData(prompts, extra_rows=4 * max(1, eligible))
         monkeypatch.setattr(aepo, "eligible_rows", lambda rewards, g, t, k=eligible: torch.arange(k))
-        trainer = SimpleNamespace(datamodule=data, current_epoch=0)
-        batch = SimpleNamespace(batch_size=batch_rows, metrics={})
-        replaced.clear()
+        trainer = SimpleNamespace(current_epoch=0, max_epochs=10)
+        module = SimpleNamespace(batch_cfg=SimpleNamespace(prompts_per_iter=prompts))
+        batch = SimpleNamespace(batch_size=batch_rows, metrics={"rollout/entropy": entropy})
         cb = AEPOCallback(target=0.5, rows_frac=rows_frac)
-        out = cb.control(trainer, SimpleNamespace(tokenizer=None), batch, entropy, 0.5)
+        request = cb.on_rollout_batch(trainer, module, batch)
+        assert (request.temperature, request.prompts, request.label) == (1.2 if entropy <= 0.5 else 0.8,
+                                                                         authors_prompts(prompts), "aepo")
+        chosen = request.choose(FakeExtra(4 * max(1, eligible)))
         want = authors_sample_num(entropy, 0.5, max(1, round(rows_frac * batch_rows)), eligible)
-        assert sum(replaced) == want == round(out["control/aepo_rows_frac"] * batch_rows)
-        assert replaced == ([want] if want else [])  # a count of 0 replaces nothing: the batch as sampled
-        assert data.asked == [(1.2 if entropy <= 0.5 else 0.8, authors_prompts(prompts))]
+        assert chosen.numel() == want == round(batch.metrics["control/aepo_rows_frac"] * batch_rows)
+        assert batch.metrics["control/target_entropy"] == 0.5 and cb.last == {
+            k: v for k, v in batch.metrics.items() if k.startswith("control/")}
     assert authors_sample_num(0.7, 0.5, round(REINFORCE_ROWS * 2560), 3) == 1
 
 
@@ -134,7 +130,20 @@ class Policy:
         batch.entropy = torch.where(batch.response_mask, 1.0, 0.0)
 
 
-def test_replace_gives_the_rows_advantage_one_on_policy_log_probs_and_no_correction():
+class Source:
+    """A rollout source whose extra draw is ``extra`` (and records what it was asked for)."""
+
+    def __init__(self, extra):
+        self.extra, self.asked = extra, []
+
+    def sample_extra(self, tok, iteration, temperature, n, label, metrics):
+        self.asked.append((iteration, temperature, n, label))
+        return self.extra
+
+
+def test_the_drawn_rows_get_advantage_one_on_policy_log_probs_and_no_correction():
+    """The iteration serves AEPO's request (lit_entropy.iteration.draw): the chosen rows through the pre-update
+    pass, then AEPO's ``prepare``, then in place of the batch's first rows."""
     main, extra = two_batches()
     main.old_logp = torch.where(main.response_mask, -1.0, 0.0)
     main.entropy = torch.where(main.response_mask, 2.0, 0.0)
@@ -142,7 +151,10 @@ def test_replace_gives_the_rows_advantage_one_on_policy_log_probs_and_no_correct
     main.token_advantages = main.advantages[:, None] * main.response_mask
     main.is_weight = torch.where(main.response_mask, 0.7, 0.0)
     main.loss_mask = main.response_mask.clone()
-    AEPOCallback.replace(Policy(), main, extra.take(torch.tensor([0, 1])))
+    source = Source(extra)
+    request = DrawRequest(1.2, 1, "aepo", choose=lambda drawn: torch.tensor([0, 1]), prepare=AEPOCallback.prepare)
+    draw(source, Policy(), main, request, iteration=3)
+    assert source.asked == [(3, 1.2, 1, "aepo")]
     resp = main.response_mask
     assert main.advantages.tolist() == [1.0, 1.0, -0.5, 0.5]
     assert torch.equal(main.token_advantages[:2], torch.where(resp[:2], 1.0, 0.0))
@@ -151,6 +163,17 @@ def test_replace_gives_the_rows_advantage_one_on_policy_log_probs_and_no_correct
     assert torch.equal(main.is_weight[:2], torch.where(resp[:2], 1.0, 0.0))  # no mismatch weight
     assert torch.equal(main.is_weight[2:], torch.where(resp[2:], 0.7, 0.0))  # the other rows keep theirs
     assert main.group_index.tolist() == [0, 0, 1, 1]
+    assert "time/aepo" in main.metrics
+
+
+def test_no_chosen_row_leaves_the_batch_as_sampled():
+    main, extra = two_batches()
+    before = main.input_ids.clone()
+    passes = []
+    policy = SimpleNamespace(tokenizer=Policy.tokenizer, pre_update_pass=passes.append)
+    draw(Source(extra), policy, main, DrawRequest(0.8, 1, "aepo", lambda drawn: torch.arange(0),
+                                                  AEPOCallback.prepare), iteration=0)
+    assert torch.equal(main.input_ids, before) and passes == []  # no pass on no rows
 
 
 def test_the_yaml_instantiates_the_codes_defaults():
@@ -170,15 +193,13 @@ def test_bad_values_name_their_key(kwargs, key):
 
 
 def test_refused_with_an_overlapped_rollout():
-    trainer = SimpleNamespace(datamodule=SimpleNamespace(sampler=SimpleNamespace(
-        sampling=SimpleNamespace(max_staleness=1))))
-    with pytest.raises(ValueError, match="max_staleness=1"):
-        AEPOCallback().on_fit_start(trainer, SimpleNamespace())
+    assert draw_refusals([AEPOCallback()], max_staleness=1) == ["AEPOCallback"]
+    assert draw_refusals([AEPOCallback()], max_staleness=0) == []
 
 
 def test_refused_when_the_prompt_share_rounds_to_no_prompt():
-    trainer = SimpleNamespace(datamodule=SimpleNamespace(batch=SimpleNamespace(prompts_per_iter=3)))
+    module = SimpleNamespace(batch_cfg=SimpleNamespace(prompts_per_iter=3))
     with pytest.raises(ValueError, match=r"callbacks\.entropy\.prompt_frac: 0.25 of batch.prompts_per_iter=3"):
-        AEPOCallback().on_fit_start(trainer, SimpleNamespace())
-    trainer.datamodule.batch.prompts_per_iter = 4  # ⌊4/4⌋ = 1 prompt: accepted
-    AEPOCallback().on_fit_start(trainer, SimpleNamespace())
+        AEPOCallback().on_fit_start(SimpleNamespace(), module)
+    module.batch_cfg.prompts_per_iter = 4  # ⌊4/4⌋ = 1 prompt: accepted
+    AEPOCallback().on_fit_start(SimpleNamespace(), module)

@@ -12,9 +12,9 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from lit_entropy.advantages import compute_advantages
 from lit_entropy.callbacks.base import EntropyController
 from lit_entropy.callbacks.entrocraft import EntrocraftCallback
+from lit_entropy.objectives.advantages import compute_advantages
 from lit_entropy.rollout.batch import RolloutBatch
 from tests.helpers import small_rollout_batch
 

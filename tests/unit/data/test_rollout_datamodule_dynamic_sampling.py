@@ -1,5 +1,5 @@
 """Dynamic sampling (DAPO) in the data module: the groups kept over the rounds are those
-:func:`~lit_entropy.advantages.select_groups` picks by :func:`~lit_entropy.advantages.group_has_signal`."""
+:func:`~lit_entropy.objectives.advantages.groups.select_groups` picks by :func:`~lit_entropy.objectives.advantages.groups.group_has_signal`."""
 
 from __future__ import annotations
 

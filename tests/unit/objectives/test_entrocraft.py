@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lit_entropy.advantages import compute_advantages
+from lit_entropy.objectives.advantages import compute_advantages
 from lit_entropy.objectives.entrocraft import band_direction, hard_advantages, keep_probability, sample_keep
 
 

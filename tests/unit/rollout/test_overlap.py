@@ -1,6 +1,7 @@
 """One-step-off overlap (``rollout.max_staleness``, issue 29): the schedule, the bound, the checkpointed batches.
 
-The real ``RolloutDataModule.overlapped_batch`` runs (through :func:`lit_entropy.iteration.run`) against a fake engine whose completions spell the
+The real :func:`lit_entropy.iteration.run` (its :func:`~lit_entropy.iteration.sample_ahead`) runs the real
+``RolloutDataModule`` and ``Sampler`` against a fake engine whose completions spell the
 weight version it sampled with, and a fake trainer whose weights are "version i" at iteration i: every row
 must be at most ``k`` versions old, batch ``i`` sampled by version ``max(0, i - k)``, generated in the
 producer's thread, and a checkpointed state (``torch.load(weights_only=True)``) must resume into the same batches.
@@ -19,6 +20,7 @@ from lightning.pytorch.trainer.states import TrainerStatus
 
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.data.rollout_datamodule import RolloutDataModule
+from lit_entropy.iteration import run
 from lit_entropy.objectives.rollout_correction import CorrectionConfig
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
@@ -80,6 +82,7 @@ def make(k: int, policy: str = "wait", delay: float = 0.0, background: bool = Tr
                              max_logp_mismatch_mean=None, pre_update_pass=sampler_is_trainer)
     trainer = SimpleNamespace(lightning_module=module, current_epoch=0, callbacks=[], max_epochs=8,
                               state=SimpleNamespace(status=TrainerStatus.RUNNING))
+    module.iteration_loader = lambda source: run(source, trainer, module, trainer.current_epoch)
     dm.trainer = trainer
     return dm, trainer, engine
 
@@ -141,7 +144,7 @@ def test_checkpointed_state_resumes_into_the_same_batches():
     dm, trainer, _ = make(1)
     for i in range(3):
         iterate(dm, trainer, i)
-    dm.producer.drain(dm._finish)  # what train_dataloader does before the boundary's checkpoint
+    dm.producer.drain(dm.finish_batch)  # what train_dataloader does before the boundary's checkpoint
     state = roundtrip(dm.state_dict())
     dm.close()
     assert list(state["overlap"]["ready"]) == ["3"]  # the batch sampled during iteration 2's update
@@ -176,7 +179,7 @@ def test_a_batch_over_the_bound_is_never_trained_on(policy):
     big, trainer, _ = make(3)
     for i in range(1):
         iterate(big, trainer, i)
-    big.producer.drain(big._finish)
+    big.producer.drain(big.finish_batch)
     state = roundtrip(big.state_dict())
     big.close()
     assert "3" in state["overlap"]["ready"] and state["overlap"]["ready"]["3"]["version"] == 0

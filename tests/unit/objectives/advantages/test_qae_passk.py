@@ -1,11 +1,13 @@
-"""QAE and Pass@k-training advantages against hand-computed groups (lit_entropy.advantages)."""
+"""QAE and Pass@k-training advantages against hand-computed groups (lit_entropy/objectives/advantages/qae.py, passk.py)."""
 
 import math
 
 import pytest
 import torch
 
-from lit_entropy.advantages import compute_advantages, pass_at_k, qae
+from lit_entropy.objectives.advantages import compute_advantages
+from lit_entropy.objectives.advantages.passk import pass_at_k
+from lit_entropy.objectives.advantages.qae import qae
 
 STD_3_OF_5 = math.sqrt(0.3)  # unbiased std of {1,1,1,0,0} (and of {1,1,0,0,0})
 STD_4_OF_5 = math.sqrt(0.2)  # unbiased std of {1,1,1,1,0}

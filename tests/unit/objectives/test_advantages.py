@@ -1,22 +1,18 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from lit_entropy.advantages import (
-    ESTIMATORS,
-    compute_advantages,
-    dr_grpo,
-    group_has_signal,
-    grpo,
-    reinforce_pp_baseline,
-    rloo,
-    select_groups,
-    signed,
-    unlikeliness_rewards,
-    w_reinforce,
-    zero_std_groups,
-)
+from lit_entropy.objectives.advantages import ESTIMATORS, NO_BASELINE, compute_advantages
+from lit_entropy.objectives.advantages.dr_grpo import dr_grpo
+from lit_entropy.objectives.advantages.groups import group_has_signal, select_groups, zero_std_groups
+from lit_entropy.objectives.advantages.grpo import grpo
+from lit_entropy.objectives.advantages.reinforce_pp import reinforce_pp_baseline
+from lit_entropy.objectives.advantages.rloo import rloo
+from lit_entropy.objectives.advantages.signed import signed
+from lit_entropy.objectives.advantages.w_reinforce import w_reinforce
+from lit_entropy.objectives.reward_transforms.unlikeliness import unlikeliness_rewards
 
 S2 = 1 / math.sqrt(2)  # G=2, rewards {1, 0}: mean 0.5, unbiased std sqrt(0.5) -> ±0.5/0.70711
 S4 = math.sqrt(3) / 2  # G=4, rewards {1,0,0,1}: mean 0.5, unbiased std sqrt(1/3) -> ±0.5*sqrt(3)
@@ -276,9 +272,19 @@ def test_unlikeliness_errors():
 # ---- dispatcher --------------------------------------------------------------------------------------
 
 
+def test_every_file_of_the_folder_registers_one_estimator_under_its_name():
+    """The registry is filled by the folder's files (a new estimator is its file): each file but the shared
+    groups.py registers the estimator named after it, and nothing else registers one."""
+    folder = Path(ESTIMATORS["grpo"].fn.__code__.co_filename).parent
+    files = {p.stem for p in folder.glob("*.py")} - {"__init__", "groups"}
+    assert set(ESTIMATORS) == files
+    assert {name: e.fn.__module__.rpartition(".")[2] for name, e in ESTIMATORS.items()} == {n: n for n in files}
+    assert set(NO_BASELINE) == {"w_reinforce", "signed"}
+
+
 def test_dispatcher_maps_names():
-    assert ESTIMATORS == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk", "maxrl",
-                          "grpo_batch", "signed")
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "w_reinforce", "qae", "passk", "maxrl",
+                               "grpo_batch", "signed"}
     torch.testing.assert_close(compute_advantages("grpo", R8, 4), grpo(R8, 4))
     torch.testing.assert_close(compute_advantages("dr_grpo", R8, 4), dr_grpo(R8, 4))
     torch.testing.assert_close(compute_advantages("rloo", R8, 4), rloo(R8, 4))
@@ -358,3 +364,20 @@ def test_select_groups_errors():
         select_groups(1, torch.ones(2, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=">= 0"):
         select_groups(-1, torch.tensor([True]))
+
+
+def test_the_worked_example_of_the_docs_registers_and_runs():
+    """docs/objectives.md, "Adding an advantage estimator": its file, run as written, registers an estimator that
+    the dispatcher and the config accept."""
+    from lit_entropy.algo import AlgoConfig
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "objectives.md").read_text()
+    code = text.split("# lit_entropy/objectives/advantages/median.py\n", 1)[1].split("```", 1)[0]
+    try:
+        exec(compile(code, "median.py", "exec"), {"__name__": "median_example"})
+        group = torch.tensor([1.0, 0.0, 0.0, 1.0])  # torch's median of an even group is its lower middle value, 0
+        torch.testing.assert_close(compute_advantages("median", R8, 4, eps=0.0),
+                                   torch.cat([group / group.std(), torch.zeros(4)]))
+        assert AlgoConfig(advantage="median").advantage == "median"
+    finally:
+        ESTIMATORS.pop("median", None)

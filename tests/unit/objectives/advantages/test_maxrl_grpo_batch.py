@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from lit_entropy.advantages import ESTIMATORS, compute_advantages, grpo_batch, maxrl
+from lit_entropy.objectives.advantages import ESTIMATORS, compute_advantages
+from lit_entropy.objectives.advantages.grpo_batch import grpo_batch
+from lit_entropy.objectives.advantages.maxrl import maxrl
 
 
 def test_maxrl_binary_rewards_weigh_a_group_by_one_over_its_pass_rate():
