@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig, ListConfig
 
 from lit_entropy import token_shaping
-from lit_entropy.objectives import changes, losses, registry, selection
+from lit_entropy.objectives import changes, losses, registry
 from lit_entropy.objectives.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs
 from lit_entropy.objectives.reward_transforms import REWARD_TRANSFORMS
@@ -154,7 +154,6 @@ class AlgoConfig:
             if value not in allowed:
                 raise ValueError(f"algo.{name}={value!r}; choose one of {allowed}")
         registry.check_selection_args(self.selection, self.selection_args)
-        selection.check_args(self.selection, self.selection_args)
         losses.LOSSES[self.loss].check_args(self.loss_args)
         token_shaping.check_args(self.token_shaping, self.token_shaping_args)
         k, q = self.advantage_args.get("k"), self.advantage_args.get("quantile_k")

@@ -25,13 +25,13 @@ from torch import Tensor
 
 from lit_entropy.objectives import changes, losses, registry, stare
 from lit_entropy.objectives import entropy_methods as em
-from lit_entropy.objectives import selection as rules
 from lit_entropy.objectives.policy_loss import (
     aggregate,
     global_counts,
     ratio,
 )
 from lit_entropy.objectives.registry import ObjectiveConfig, TermInputs
+from lit_entropy.objectives.selection.kl_cov import kl_cov_loss
 
 
 class Knobs(Mapping[str, Any]):
@@ -180,7 +180,7 @@ def micro_batch_loss(
     if policy_loss.per_sequence:  # GSPO: on the plain log-probs
         loss_tok, info = _clipped(algo, knobs, logp, old, adv, mask, knobs["eps_low"], knobs["eps_high"])
     elif sel.kl_selected is not None:
-        loss_tok = rules.kl_cov_loss(logp, old, adv, sel.kl_selected, beta=algo.selection_args.get("beta", 1.0))
+        loss_tok = kl_cov_loss(logp, old, adv, sel.kl_selected, beta=algo.selection_args.get("beta", 1.0))
         none = torch.zeros_like(mask)
         info = {"clipped_low": none, "clipped_high": none}
     else:

@@ -1,9 +1,7 @@
-"""The one place where token-selection rules and loss terms are registered, with what each one needs.
+"""The loss terms, the knobs, and the queries the module asks of the objective's registries.
 
-* A **selection rule** is a pure function of :mod:`lit_entropy.objectives.selection` plus one
-  :class:`SelectionRule` entry in :data:`SELECTION_RULES`: which batch tensor each of its tensor
-  parameters receives (:data:`RULE_INPUTS`), what its returned mask does (:data:`RULE_EFFECTS`); its
-  other keyword arguments are the ``algo.selection_args`` it accepts.
+* A **selection rule** is one file of :mod:`lit_entropy.objectives.selection`, registered there with its
+  :class:`SelectionRule` entry (:data:`SELECTION_RULES`, re-exported here with ``check_selection_args``).
 * A **loss term** is a function returning its contribution to the loss plus one :class:`LossTerm` entry
   in :data:`LOSS_TERMS`: the knob it reads (its coefficient, which controllers may change between
   steps) and the tensors it needs.
@@ -15,7 +13,6 @@ This file imports no config: the queries read ``algo.selection`` etc. from whate
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,14 +21,16 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from lit_entropy.objectives import selection
 from lit_entropy.objectives.correction import kl_bias_correction_ratio
 from lit_entropy.objectives.entropic import entropic_term, high_prob_tokens
 from lit_entropy.objectives.kl import KL_KINDS, kl_estimate
 from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
 from lit_entropy.objectives.policy_loss import aggregate, aggregate_token_mean, entropy_bonus
+from lit_entropy.objectives.selection import RULE_EFFECTS, RULE_INPUTS, SELECTION_RULES, SelectionRule
+from lit_entropy.objectives.selection import check_args as check_selection_args
 
-__all__ = ["KL_KINDS", "LOSS_AGGREGATIONS", "KNOBS", "LOSS_TERMS", "SELECTION_RULES", "TERM_KNOBS"]
+__all__ = ["KL_KINDS", "LOSS_AGGREGATIONS", "KNOBS", "LOSS_TERMS", "RULE_EFFECTS", "RULE_INPUTS", "SELECTION_RULES",
+           "SelectionRule", "TERM_KNOBS", "check_selection_args"]
 
 
 class ObjectiveConfig(Protocol):
@@ -52,80 +51,6 @@ class ObjectiveConfig(Protocol):
 
 # --------------------------------------------------------------------------------------------- selection
 
-RULE_INPUTS: dict[str, str] = {
-    "mask": "[B, L] bool response tokens",
-    "token_advantages": "[B, L] advantages",
-    "old_logp": "[B, L] pre-update log-probs",
-    "entropy": "[B, L] pre-update entropy",
-    "disc_s": "[B, L] discriminator score S (the pre-update pass computes it only for rules that ask)",
-    "disc_n": "[B, L] its on-policy baseline N (idem)",
-    "current_logp": "[B, L] the current policy's log-probs over the whole minibatch (one extra no-grad forward)",
-    "ppo_clipped": "[B, L] bool response tokens where the PPO clip is active at the current ratio "
-                   "(reads the knobs eps_low and eps_high; needs current_logp)",
-    "generator": "the module's seeded torch.Generator (checkpointed), for random picks",
-}
-"""What a rule's tensor parameters can receive: batch fields, or quantities the objective derives."""
-
-RULE_EFFECTS: dict[str, str] = {
-    "loss_mask": "the tokens kept in the loss (the others leave it and its counts)",
-    "detach": "tokens whose loss is zeroed: no value, no gradient (they still count)",
-    "kl_selected": "tokens that get KL-Cov's penalty; the PPO surrogate becomes KL-Cov's loss",
-}
-"""What a rule's returned mask does in the loss (the :class:`~lit_entropy.objectives.objective.TokenSelection` field it fills)."""
-
-
-@dataclass(frozen=True)
-class SelectionRule:
-    """A registered rule: ``fn(**inputs, **selection_args) -> (mask [B, L] bool, frac)``, over the whole minibatch."""
-
-    name: str
-    fn: Callable[..., tuple[Tensor, Tensor]]
-    inputs: dict[str, str]
-    """Parameter of ``fn`` -> the :data:`RULE_INPUTS` entry it receives. Its other parameters are ``args``."""
-    effect: str = "loss_mask"
-    """What the returned mask does (:data:`RULE_EFFECTS`)."""
-    extra_args: tuple[str, ...] = ()
-    """``selection_args`` the rule accepts but ``fn`` does not take (read by its effect, e.g. KL-Cov's ``beta``)."""
-    reports_kept: bool = False
-    """``fn``'s ``frac`` is the fraction kept; ``train/masked_frac_<rule>`` reports 1 − frac (the fraction removed)."""
-    per_token_ratios: bool = False
-    """Acts on per-token ratios or covariances, so it cannot pair with ``loss=gspo`` (one ratio per sequence)."""
-
-    def __post_init__(self) -> None:
-        params = inspect.signature(self.fn).parameters
-        bad = {p: s for p, s in self.inputs.items() if p not in params or s not in RULE_INPUTS}
-        if bad or self.effect not in RULE_EFFECTS:
-            raise ValueError(f"selection rule {self.name}: inputs {bad} / effect {self.effect!r} are not "
-                             f"parameters of {self.fn.__name__} and entries of RULE_INPUTS / RULE_EFFECTS")
-
-    @property
-    def args(self) -> tuple[str, ...]:
-        """The ``algo.selection_args`` keys this rule accepts."""
-        params = inspect.signature(self.fn).parameters
-        return tuple(p for p in params if p not in self.inputs) + self.extra_args
-
-    @property
-    def needs_current_logp(self) -> bool:
-        return bool({"current_logp", "ppo_clipped"} & set(self.inputs.values()))
-
-    @property
-    def needs_scores(self) -> bool:
-        return bool({"disc_s", "disc_n"} & set(self.inputs.values()))
-
-
-SELECTION_RULES: dict[str, SelectionRule] = {rule.name: rule for rule in (
-    SelectionRule("clip_cov", selection.clip_cov, effect="detach", per_token_ratios=True,
-                  inputs={"logp": "current_logp", "advantages": "token_advantages", "mask": "mask",
-                          "already_clipped": "ppo_clipped", "generator": "generator"}),
-    SelectionRule("kl_cov", selection.kl_cov, effect="kl_selected", extra_args=("beta",), per_token_ratios=True,
-                  inputs={"logp": "current_logp", "advantages": "token_advantages", "mask": "mask"}),
-    SelectionRule("clip_b", selection.clip_b,
-                  inputs={"S": "disc_s", "advantages": "token_advantages", "mask": "mask"}),
-    SelectionRule("clip_v", selection.clip_v,
-                  inputs={"S": "disc_s", "N": "disc_n", "advantages": "token_advantages", "mask": "mask"}),
-    SelectionRule("forking", selection.forking_tokens, reports_kept=True,
-                  inputs={"entropy": "entropy", "mask": "mask"}),
-)}
 
 
 # ------------------------------------------------------------------------------------------- loss terms
@@ -254,18 +179,6 @@ loss term's coefficient."""
 
 
 # ---------------------------------------------------------------------------------------------- queries
-
-
-def check_selection_args(name: str | None, args: Mapping[str, Any]) -> None:
-    """Raise naming ``algo.selection_args`` when ``args`` are not arguments of the (registered) rule ``name``."""
-    if name is None:
-        if args:
-            raise ValueError("algo.selection_args given but algo.selection is null")
-        return
-    allowed = SELECTION_RULES[name].args
-    unknown = set(args) - set(allowed)
-    if unknown:
-        raise ValueError(f"algo.selection_args {sorted(unknown)} are not arguments of {name}; it takes {sorted(allowed)}")
 
 
 def needs_current_logp(algo: ObjectiveConfig) -> bool:

@@ -10,7 +10,7 @@ from lit_entropy.objectives.entropic import entropic_term
 from lit_entropy.objectives.kl import kl_estimate
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import aggregate, clipped_surrogate, gspo_surrogate
-from lit_entropy.objectives.selection import kl_cov, kl_cov_loss
+from lit_entropy.objectives.selection.kl_cov import kl_cov, kl_cov_loss
 
 
 def _far_off_policy(delta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ from lit_entropy.objectives import registry
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import aggregate
 from lit_entropy.objectives.registry import LossTerm, SelectionRule, TermInputs
-from lit_entropy.objectives.selection import _check_mask, _frac, _per_token
+from lit_entropy.objectives.selection.tokens import check_mask, fraction, per_token
 from tests.unit.objectives.test_objective import logp_entropy, make_minibatch
 
 
@@ -92,9 +92,9 @@ def test_a_term_missing_its_tensor_names_itself():
 
 def low_prob_negatives(old_logp: Tensor, advantages: Tensor, mask: Tensor, p_min: float = 0.01) -> tuple[Tensor, Tensor]:
     """Drop negative-advantage tokens the pre-update policy gave probability below ``p_min``."""
-    mask = _check_mask(mask, old_logp)
-    removed = mask & (_per_token(advantages, mask) < 0) & (old_logp < math.log(p_min))
-    return mask & ~removed, _frac(removed, int(mask.sum()))
+    mask = check_mask(mask, old_logp)
+    removed = mask & (per_token(advantages, mask) < 0) & (old_logp < math.log(p_min))
+    return mask & ~removed, fraction(removed, int(mask.sum()))
 
 
 def ratio_l2(t: TermInputs, coef: float) -> Tensor:

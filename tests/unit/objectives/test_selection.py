@@ -1,19 +1,17 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from lit_entropy.objectives.policy_loss import ratio
 from lit_entropy.objectives.registry import SELECTION_RULES
-from lit_entropy.objectives.selection import (
-    clip_b,
-    clip_cov,
-    clip_v,
-    covariance_terms,
-    forking_tokens,
-    kl_cov,
-    kl_cov_loss,
-)
+from lit_entropy.objectives.selection.clip_b import clip_b
+from lit_entropy.objectives.selection.clip_cov import clip_cov
+from lit_entropy.objectives.selection.clip_v import clip_v
+from lit_entropy.objectives.selection.forking import forking_tokens
+from lit_entropy.objectives.selection.kl_cov import kl_cov, kl_cov_loss
+from lit_entropy.objectives.selection.tokens import covariance_terms
 
 T, F = True, False
 NAN, INF = float("nan"), float("inf")
@@ -38,7 +36,15 @@ C = _t([[2.5, -1.5, 0.0], [-2.5, 3.5, 0.0]])
 
 
 def test_rule_names():
-    assert tuple(SELECTION_RULES) == ("clip_cov", "kl_cov", "clip_b", "clip_v", "forking")
+    assert set(SELECTION_RULES) == {"clip_cov", "kl_cov", "clip_b", "clip_v", "forking"}
+
+
+def test_every_file_of_the_folder_registers_the_rule_named_after_it():
+    """A new rule is its file: each file but the shared tokens.py registers one rule under the file's name."""
+    folder = Path(SELECTION_RULES["forking"].fn.__code__.co_filename).parent
+    files = {p.stem for p in folder.glob("*.py")} - {"__init__", "tokens"}
+    assert {name: rule.fn.__module__.rpartition(".")[2] for name, rule in SELECTION_RULES.items()} == {
+        n: n for n in files}
 
 
 def test_covariance_terms_hand_values_and_per_sequence_advantages():

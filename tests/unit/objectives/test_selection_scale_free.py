@@ -10,7 +10,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lit_entropy.algo import AlgoConfig
-from lit_entropy.objectives.selection import clip_cov, kl_cov, selection_count
+from lit_entropy.objectives.selection.clip_cov import clip_cov
+from lit_entropy.objectives.selection.kl_cov import kl_cov
+from lit_entropy.objectives.selection.tokens import selection_count
 from tests.helpers import compose_train
 
 T, F = True, False
