@@ -2,9 +2,10 @@
 
 * A **selection rule** is one file of :mod:`lit_entropy.objectives.selection`, registered there with its
   :class:`SelectionRule` entry (:data:`SELECTION_RULES`, re-exported here with ``check_selection_args``).
-* A **loss term** is a function returning its contribution to the loss plus one :class:`LossTerm` entry
-  in :data:`LOSS_TERMS`: the knob it reads (its coefficient, which controllers may change between
-  steps) and the tensors it needs.
+* A **loss term** is one file of :mod:`lit_entropy.objectives.terms`: a function returning its contribution to
+  the loss and the :class:`LossTerm` entry it registers (:data:`LOSS_TERMS`, re-exported here): the knob it
+  reads (its coefficient, which controllers may change between steps) and the tensors it needs.
+* The **knobs** (:data:`KNOBS`): the clip range, the clip and weight knobs below, and every term's coefficient.
 
 :mod:`lit_entropy.objectives.objective` applies the entries, :class:`lit_entropy.algo.AlgoConfig`
 validates against them and the module asks the queries at the bottom (e.g. :func:`needs_scores`).
@@ -13,24 +14,17 @@ This file imports no config: the queries read ``algo.selection`` etc. from whate
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-import torch
-from torch import Tensor
-
-from lit_entropy.objectives.correction import kl_bias_correction_ratio
-from lit_entropy.objectives.entropic import entropic_term, high_prob_tokens
-from lit_entropy.objectives.kl import KL_KINDS, kl_estimate
+from lit_entropy.objectives.kl import KL_KINDS
 from lit_entropy.objectives.policy_loss import AGG_MODES as LOSS_AGGREGATIONS
-from lit_entropy.objectives.policy_loss import aggregate, aggregate_token_mean, entropy_bonus
 from lit_entropy.objectives.selection import RULE_EFFECTS, RULE_INPUTS, SELECTION_RULES, SelectionRule
 from lit_entropy.objectives.selection import check_args as check_selection_args
+from lit_entropy.objectives.terms import LOSS_TERMS, TERM_NEEDS, LossTerm, TermInputs
 
 __all__ = ["KL_KINDS", "LOSS_AGGREGATIONS", "KNOBS", "LOSS_TERMS", "RULE_EFFECTS", "RULE_INPUTS", "SELECTION_RULES",
-           "SelectionRule", "TERM_KNOBS", "check_selection_args"]
+           "TERM_NEEDS", "LossTerm", "SelectionRule", "TERM_KNOBS", "TermInputs", "check_selection_args"]
 
 
 class ObjectiveConfig(Protocol):
@@ -49,118 +43,7 @@ class ObjectiveConfig(Protocol):
     simko: Any
 
 
-# --------------------------------------------------------------------------------------------- selection
-
-
-
-# ------------------------------------------------------------------------------------------- loss terms
-
-
-@dataclass
-class TermInputs:
-    """One micro-batch as a loss term sees it (rows already sliced)."""
-
-    algo: ObjectiveConfig
-    mb: Mapping[str, Tensor]
-    """The micro-batch's batch fields: ``old_logp``, ``token_advantages``, ``ref_logp`` when loaded, …"""
-    mask: Tensor
-    """[B, L] bool: the loss tokens (after the selection rule)."""
-    logp: Tensor
-    """[B, L] current log-probs, with gradient."""
-    entropy: Tensor | None
-    """[B, L] entropy, with gradient only when an active term needs it (:func:`needs_entropy_grad`)."""
-    counts: dict[str, Any]
-    """The minibatch-global ``num_tokens``, ``num_seqs`` and ``norm_constant`` of the aggregation."""
-    prepared: dict[str, Tensor] = field(default_factory=dict)
-    """What the active terms' ``prepare`` computed over the whole minibatch, these rows."""
-    kl_bias_correction: bool = False
-    """The KL penalty's per-token estimate is multiplied by π_θ/π_old (``correction.bias_corrected_kl``)."""
-
-    def aggregate(self, values: Tensor) -> Tensor:
-        """``values`` [B, L] aggregated like the policy loss (same mode, same global counts)."""
-        return aggregate(values, self.mask, self.algo.loss_agg, **self.counts)
-
-    @cached_property
-    def kl_tokens(self) -> Tensor:
-        """Per-token KL estimate to the reference policy (the KL term penalises it, ``train/kl_ref`` logs it)."""
-        return kl_estimate(self.logp, self.mb["ref_logp"], self.algo.kl_kind, mask=self.mask, clamp=self.algo.kl_clamp)
-
-    def has(self, need: str) -> bool:
-        return self.entropy is not None if need == "entropy" else need in self.mb or need in self.prepared
-
-
-TERM_NEEDS: dict[str, str] = {
-    "entropy": "the entropy with gradient",
-    "ref_logp": "the reference policy's log-probs (loaded when algo.kl_coef > 0)",
-}
-"""Tensors a term may need beyond ``logp``, ``old_logp``, ``token_advantages`` and the mask."""
-
-
-@dataclass(frozen=True)
-class LossTerm:
-    """A registered term: ``loss += fn(inputs, knob value)`` on every micro-batch while the term is on."""
-
-    name: str
-    knob: str
-    """The module attribute (and :class:`~lit_entropy.objectives.objective.Knobs` entry) holding its coefficient."""
-    fn: Callable[[TermInputs, Any], Tensor]
-    needs: tuple[str, ...] = ()
-    """:data:`TERM_NEEDS` entries; a missing one is an error while the term is on."""
-    signed: bool = False
-    """On for any non-zero coefficient (EntroPIC's α ∈ [−1, 1]); otherwise on only for a coefficient > 0."""
-    prepare: Callable[[Mapping[str, Tensor], Tensor], dict[str, Tensor]] | None = None
-    """``prepare(minibatch, loss_mask)``, run once over the WHOLE minibatch while the term is on: [B, L]
-    tensors (sliced per micro-batch) and 0-dim totals (kept whole) that land in ``TermInputs.prepared``."""
-
-    def is_on(self, knobs: Mapping[str, Any]) -> bool:
-        value = knobs[self.knob]
-        return bool(value != 0) if self.signed else bool(value > 0)
-
-
-def _confident_tokens(mb: Mapping[str, Tensor], loss_mask: Tensor) -> dict[str, Tensor]:
-    high = high_prob_tokens(mb["old_logp"], loss_mask)
-    return {"high_prob": high, "num_high_prob": high.sum()}
-
-
-def _entropic(t: TermInputs, alpha: Any) -> Tensor:
-    """EntroPIC (Yang et al. 2025): α · mean over the minibatch's confident loss tokens of (−r·|A|)."""
-    p = t.prepared
-    return alpha * entropic_term(t.logp, t.mb["old_logp"], t.mb["token_advantages"], p["high_prob"], p["num_high_prob"])
-
-
-def _entropy_bonus(t: TermInputs, coef: Any) -> Tensor:
-    """−coef · aggregated entropy."""
-    return entropy_bonus(t.entropy, t.mask, coef, t.algo.loss_agg, **t.counts)
-
-
-def _kl_penalty(t: TermInputs, coef: Any) -> Tensor:
-    """coef · aggregated KL estimate to the reference (``algo.kl_kind``, ``algo.kl_clamp``); with
-    ``kl_bias_correction`` each token's estimate is multiplied by π_θ/π_old, with its gradient (TRL,
-    DeepSeek-V3.2).
-
-    Archer: ``coef · mean_low(KL) + kl_high · mean_high(KL)``, each group's KL averaged over that group's own
-    tokens of the minibatch, as the authors' script does under token-mean (a low-entropy token then weighs
-    N/N_low times what a plain token-mean gives it). Under the other aggregations the high-entropy tokens'
-    KL is weighted by ``kl_high`` instead of ``coef`` and aggregated like the loss."""
-    kl = t.kl_tokens
-    if t.kl_bias_correction:
-        kl = kl * kl_bias_correction_ratio(t.logp, t.mb["old_logp"], t.mask)
-    high = t.prepared.get("archer_high")
-    if high is None:
-        return coef * t.aggregate(kl)
-    if t.algo.loss_agg == "token-mean":
-        p = t.prepared
-        return (coef * aggregate_token_mean(kl, t.mask & ~high, p["archer_n_low"])
-                + t.algo.archer.kl_high * aggregate_token_mean(kl, t.mask & high, p["archer_n_high"]))
-    weight = torch.where(high, float(t.algo.archer.kl_high), float(coef))
-    return t.aggregate(weight * kl)
-
-
-LOSS_TERMS: dict[str, LossTerm] = {term.name: term for term in (  # added to the loss in this order
-    LossTerm("entropic", "pic_alpha", _entropic, signed=True, prepare=_confident_tokens),
-    LossTerm("entropy_bonus", "entropy_coef", _entropy_bonus, needs=("entropy",)),
-    LossTerm("kl_penalty", "kl_coef", _kl_penalty, needs=("ref_logp",)),
-)}
+# ------------------------------------------------------------------------------------------------ knobs
 
 TERM_KNOBS: tuple[str, ...] = tuple(term.knob for term in LOSS_TERMS.values())
 CLIP_KNOBS: dict[str, float] = {"gppo_beta_low": 1.0, "gppo_beta_high": 1.0}
