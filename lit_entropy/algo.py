@@ -14,8 +14,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig
 
-from lit_entropy import token_shaping
-from lit_entropy.objectives import changes, losses, registry
+from lit_entropy.objectives import changes, losses, registry, token_shaping
 from lit_entropy.objectives.advantages import ESTIMATORS as ADVANTAGE_ESTIMATORS
 from lit_entropy.objectives.entropy_methods import ArcherArgs, ErcArgs, SimkoArgs
 from lit_entropy.objectives.reward_transforms import REWARD_TRANSFORMS
@@ -40,7 +39,7 @@ class AlgoConfig:
     ``{k: 4}`` for passk."""
     token_shaping: str | None = None
     """Per-token shaping of the advantages from the pre-update entropy: entropy_adv, gtpo, grpo_s
-    (:mod:`lit_entropy.token_shaping`), or null. gtpo and grpo_s replace the estimator."""
+    (:mod:`lit_entropy.objectives.token_shaping`), or null. gtpo and grpo_s replace the estimator."""
     token_shaping_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the shaping rule (e.g. ``{alpha: 0.4, kappa: 2}`` for entropy_adv)."""
     reward_transform: str | None = None
@@ -165,7 +164,7 @@ class AlgoConfig:
     def _check_combinations(self) -> None:
         """Combinations that cannot work fail here, at start-up, naming both sides."""
         rule = registry.SELECTION_RULES.get(self.selection) if self.selection is not None else None
-        if self.token_shaping in token_shaping.REPLACES_ESTIMATOR and self.advantage != "grpo":
+        if token_shaping.replaces_estimator(self.token_shaping) and self.advantage != "grpo":
             raise ValueError(f"algo.token_shaping={self.token_shaping} computes the advantages itself; "
                              f"algo.advantage={self.advantage} would be ignored: leave it at grpo")
         loss = losses.LOSSES[self.loss]

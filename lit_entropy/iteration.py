@@ -47,9 +47,9 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_entropy import token_shaping
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.objectives import advantages as adv
+from lit_entropy.objectives import token_shaping
 from lit_entropy.objectives.policy_loss import masked_mean
 from lit_entropy.objectives.reward_transforms import REWARD_TRANSFORMS
 from lit_entropy.objectives.rollout_correction import CorrectionConfig, correct_rollout, corrects

@@ -1,12 +1,15 @@
-"""Per-token advantage shaping (lit_entropy.token_shaping) against hand-computed groups."""
+"""Per-token advantage shaping (lit_entropy/objectives/token_shaping/) against hand-computed groups."""
 
 import math
 
 import pytest
 import torch
 
-from lit_entropy import token_shaping as ts
+from lit_entropy.objectives import token_shaping as ts
 from lit_entropy.objectives.advantages.grpo import grpo
+from lit_entropy.objectives.token_shaping.entropy_adv import entropy_advantage
+from lit_entropy.objectives.token_shaping.grpo_s import grpo_s
+from lit_entropy.objectives.token_shaping.gtpo import gtpo
 
 NAN = float("nan")
 
@@ -24,7 +27,7 @@ def _rows(entropies: list[list[float]], width: int = 4) -> tuple[torch.Tensor, t
 def test_entropy_advantage_adds_the_capped_entropy_term():
     h, mask = _rows([[1.0, 2.0], [1.0, 0.1], [3.0]])
     adv = torch.tensor([1.5, -0.5, 0.0])
-    out = ts.entropy_advantage(adv, h, mask, alpha=0.4, kappa=2.0)
+    out = entropy_advantage(adv, h, mask, alpha=0.4, kappa=2.0)
     expected = torch.tensor([
         [0.0, 1.5 + 0.4, 1.5 + 0.75, 0.0],  # min(0.4·1, 1.5/2) = 0.4; min(0.4·2, 0.75) = 0.75 (the cap)
         [0.0, -0.5 + 0.25, -0.5 + 0.04, 0.0],  # a negative advantage is softened, never flipped
@@ -43,17 +46,17 @@ def test_gtpo_hand_group():
     # {-1.16, -1.1, -1.04, -1.1}: mean -1.1, unbiased std sqrt(0.0072/3) -> F1 (-1.2247, 0), F2 (+1.2247, 0).
     z = 0.06 / math.sqrt(0.0072 / 3)
     expected = torch.tensor([[0, -1, 0, 0], [0, 1, 0, 0], [0, -z, 0, 0], [0, z, 0, 0]], dtype=torch.float32)
-    out = ts.gtpo(rewards, h, mask, group_size=4)
+    out = gtpo(rewards, h, mask, group_size=4)
     torch.testing.assert_close(out, expected, atol=2e-4, rtol=0)
 
 
 def test_gtpo_groups_are_independent_and_a_lone_success_gets_zero():
     h, mask = _rows([[1.0, 3.0], [3.0], [1.0, 2.0], [4.0, 2.0]])
     rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
-    two = ts.gtpo(torch.cat([rewards, rewards]), torch.cat([h, h]), torch.cat([mask, mask]), group_size=4)
+    two = gtpo(torch.cat([rewards, rewards]), torch.cat([h, h]), torch.cat([mask, mask]), group_size=4)
     torch.testing.assert_close(two[:4], two[4:])
     # one success: its entropy share is 1 at every position, so all its token rewards are equal -> 0.
-    lone = ts.gtpo(torch.tensor([1.0, 0.0]), *_rows([[1.0, 5.0], [2.0]]), group_size=2)
+    lone = gtpo(torch.tensor([1.0, 0.0]), *_rows([[1.0, 5.0], [2.0]]), group_size=2)
     assert (lone[0] == 0).all()
 
 
@@ -64,11 +67,11 @@ def test_gtpo_group_norm_z_scores_the_whole_group_and_keeps_the_sign_of_the_rewa
     rewards = torch.tensor([1.0, 1.0, 0.0])
     shaped = torch.tensor([1.15, 1.05, 1.05, 1.15, -1.1, -1.1])
     z = (shaped - shaped.mean()) / (shaped.std() + 1e-6)  # one mean and unbiased std over all six tokens
-    out = ts.gtpo(rewards, h, mask, group_size=3, norm="group")
+    out = gtpo(rewards, h, mask, group_size=3, norm="group")
     torch.testing.assert_close(out[mask], z, atol=1e-4, rtol=0)  # 0.689, 0.601, 0.601, 0.689, -1.290, -1.290
     assert (out[:2][mask[:2]] > 0).all() and (out[2][mask[2]] < 0).all()
     # the per-set reading of the same group: each set centred on itself, so half of the successes' tokens go negative
-    per_set = ts.gtpo(rewards, h, mask, group_size=3)
+    per_set = gtpo(rewards, h, mask, group_size=3)
     assert (per_set[:2][mask[:2]] < 0).sum() == 2 and (per_set[2] == 0).all()
     with pytest.raises(ValueError, match="norm='tokens'"):
         ts.check_args("gtpo", {"norm": "tokens"})
@@ -80,7 +83,7 @@ def test_grpo_s_hand_group():
     rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
     shaped = torch.tensor([1 + 0.1 * 0.25 * 2, 1 + 0.1 * 0.75 * 2, -1 - 0.1 * 0.8 * 2, -1 - 0.1 * 0.2 * 2])
     expected = (shaped - shaped.mean()) / (shaped.std() + 1e-6)  # 1.05, 1.15, -1.16, -1.04 -> GRPO's normalisation
-    torch.testing.assert_close(ts.grpo_s(rewards, h, mask, group_size=4), expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(grpo_s(rewards, h, mask, group_size=4), expected, atol=1e-4, rtol=0)
 
 
 def test_shape_dispatch_and_sequence_values():
@@ -88,7 +91,7 @@ def test_shape_dispatch_and_sequence_values():
     rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
     base = grpo(rewards, 4)
     seq, tok = ts.shape("entropy_adv", base, rewards, h, mask, 4)
-    assert seq is base and torch.equal(tok, ts.entropy_advantage(base, h, mask))
+    assert seq is base and torch.equal(tok, entropy_advantage(base, h, mask))
     seq, tok = ts.shape("gtpo", base, rewards, h, mask, 4)
     torch.testing.assert_close(seq, tok.sum(-1) / mask.sum(-1))
     seq, tok = ts.shape("grpo_s", base, rewards, h, mask, 4, beta2=0.2)
@@ -119,3 +122,13 @@ def test_algo_config_rejects_bad_shaping_and_estimator_args(kwargs, match):
 
     with pytest.raises(ValueError, match=match):
         AlgoConfig(**kwargs)
+
+
+def test_every_file_of_the_folder_registers_the_rule_named_after_it():
+    """A new shaping rule is its file: each file registers one rule under the file's name."""
+    from pathlib import Path
+
+    folder = Path(ts.__file__).parent
+    files = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert {name: r.fn.__module__.rpartition(".")[2] for name, r in ts.SHAPINGS.items()} == {n: n for n in files}
+    assert {name for name, r in ts.SHAPINGS.items() if r.replaces_estimator} == {"gtpo", "grpo_s"}
