@@ -50,7 +50,7 @@ class AlgoConfig:
     """``ppo``: per-token clipped ratio; ``gspo``: one clipped ratio per sequence (Zheng et al. 2025);
     ``gppo``: PPO's value with a gradient kept on clipped tokens (GPPO / CE-GPPO, docs/objectives.md);
     ``cispo``, ``sapo``, ``dppo_tv``, ``dppo_kl``: losses that replace the clip
-    (:mod:`lit_entropy.objectives.trust_region`)."""
+    (:mod:`lit_entropy.objectives.losses.trust_region`)."""
     loss_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the loss beyond the clip knobs: ``{tau_pos, tau_neg}`` for sapo, ``{ratio_cap}`` for dppo_*."""
     eps_low: float = 0.2

@@ -297,3 +297,21 @@ def gspo_surrogate(
         "seq_ratio": seq_ratio,
     }
     return loss, info
+
+
+def masked_loss_inputs(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """fp32 ``logp``, ``old_logp``, advantages [B, L] and the bool mask, zero outside the mask."""
+    mask = mask.bool()
+    zero = torch.zeros((), dtype=torch.float32, device=logp.device)
+    lp = torch.where(mask, logp.float(), zero)
+    old = torch.where(mask, old_logp.float(), zero)
+    adv = advantages.float()
+    if adv.dim() == lp.dim() - 1:  # per-sequence [B] against per-token [B, L]
+        adv = adv.unsqueeze(-1)
+    adv = torch.where(mask, adv.expand_as(lp), zero)
+    return lp, old, adv, mask
+
+
+def loss_info(r: Tensor, low: Tensor, high: Tensor) -> dict[str, Tensor]:
+    """The info dict of :func:`clipped_surrogate` for a loss with no dual clip: the ratio and where it was capped."""
+    return {"clipped_low": low, "clipped_high": high, "dual_clipped": torch.zeros_like(low), "ratio": r.detach()}

@@ -28,8 +28,7 @@ from torch import Tensor
 
 from lit_entropy.dose import Dose
 from lit_entropy.objectives.losses import PolicyLoss, register
-from lit_entropy.objectives.policy_loss import ratio
-from lit_entropy.objectives.trust_region import _info, _inputs
+from lit_entropy.objectives.policy_loss import loss_info, masked_loss_inputs, ratio
 
 TAPER_TOL = 1e-3
 """A negative sample counts as tapered (``train/clipfrac_low``, TOPR's dose) when its weight is under ``1 − TAPER_TOL``:
@@ -39,7 +38,7 @@ on-policy the trajectory ratio is 1 up to rounding, which must not count."""
 def topr_weights(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """TOPR's per-row weights ``w`` [B] (detached, fp32), the rows' advantage signs ``negative`` [B] and the rows'
     log trajectory ratios ``Σ_t (log π_θ − log π_old)`` [B]; inputs [B, L] as :func:`topr_surrogate` takes them."""
-    lp, old, adv, mask = _inputs(logp, old_logp, advantages, mask)
+    lp, old, adv, mask = masked_loss_inputs(logp, old_logp, advantages, mask)
     with torch.no_grad():
         log_ratio = (lp - old).sum(-1)
         tokens = mask.sum(-1).clamp(min=1)
@@ -57,11 +56,11 @@ def topr_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Ten
     rows whose ratio grew above 1 and was truncated to 1.
     """
     w, negative, log_ratio = topr_weights(logp, old_logp, advantages, mask)
-    lp, old, adv, mask = _inputs(logp, old_logp, advantages, mask)
+    lp, old, adv, mask = masked_loss_inputs(logp, old_logp, advantages, mask)
     loss = torch.where(mask, -w[:, None] * adv * lp, torch.zeros((), device=lp.device))
     tapered = (negative & (w < 1.0 - TAPER_TOL))[:, None] & mask
     truncated = (negative & (log_ratio > 0))[:, None] & mask
-    return loss, _info(ratio(lp, old), tapered, truncated)
+    return loss, loss_info(ratio(lp, old), tapered, truncated)
 
 
 def topr(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps_low: float, eps_high: float,

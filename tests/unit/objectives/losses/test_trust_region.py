@@ -1,4 +1,4 @@
-"""CISPO, SAPO and DPPO (lit_entropy/objectives/trust_region.py): hand-computed values, the gradients the rules are
+"""CISPO, SAPO and DPPO (lit_entropy/objectives/losses/trust_region.py): hand-computed values, the gradients the rules are
 about, equality with a re-derivation of the peers' public rules (TRL's CISPO and SAPO, verl's DPPO) on identical
 tensors, the presets and the pairs refused at start-up."""
 
@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.objectives import losses
-from lit_entropy.objectives import trust_region as tr
+from lit_entropy.objectives.losses import trust_region as tr
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 from lit_entropy.objectives.policy_loss import aggregate, clipped_surrogate
 from lit_entropy.train import check_controllers_and_algo, instantiate_callbacks
