@@ -181,7 +181,7 @@ def preset_batch(name: str) -> dict:
     """The ``batch`` settings an experiment preset sets (``conf/experiment/<name>.yaml``)."""
     from omegaconf import OmegaConf
 
-    from lit_entropy.config_path import config_dir
+    from lit_entropy.utils.config_path import config_dir
 
     return dict(OmegaConf.to_container(OmegaConf.load(config_dir() / "experiment" / f"{name}.yaml")).get("batch", {}))
 

@@ -32,7 +32,7 @@ def compose(overrides: list[str]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from lit_entropy.config_path import config_dir
+    from lit_entropy.utils.config_path import config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return hydra_compose(config_name="train", overrides=overrides)
@@ -69,12 +69,12 @@ def run_ours(spec: dict) -> dict:
     import lightning.pytorch as pl
     from lightning.pytorch.loggers.logger import Logger
 
-    from lit_entropy.log_steps import ITERATION
     from lit_entropy.train import build
+    from lit_entropy.utils.log_steps import ITERATION
 
     class Capture(Logger):
         """Keeps every logged ``time/*`` and ``rollout/accuracy`` value, keyed by epoch (= RL iteration, from 0;
-        each iteration's values come with ``iteration`` = epoch + 1, lit_entropy/log_steps.py)."""
+        each iteration's values come with ``iteration`` = epoch + 1, lit_entropy/utils/log_steps.py)."""
 
         def __init__(self) -> None:
             super().__init__()

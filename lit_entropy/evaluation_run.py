@@ -21,11 +21,11 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.checkpointing import TRUST_OPTION, load_checkpoint
-from lit_entropy.config_path import config_dir
 from lit_entropy.evaluation import eval_prompts, evaluate, evaluate_splits
 from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
 from lit_entropy.train import build_sampler
+from lit_entropy.utils.checkpointing import TRUST_OPTION, load_checkpoint
+from lit_entropy.utils.config_path import config_dir
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def find_run_config(ckpt: Path) -> Path | None:
 def checkpoint_policy_weights(ckpt: Path, trust: bool = False, trust_option: str = TRUST_OPTION
                               ) -> dict[str, torch.Tensor]:
     """The policy's tensors (the ``model.<key>`` entries of a Lightning checkpoint's state dict, prefix removed),
-    loaded weights-only (:func:`lit_entropy.checkpointing.load_checkpoint`; ``trust``: fully)."""
+    loaded weights-only (:func:`lit_entropy.utils.checkpointing.load_checkpoint`; ``trust``: fully)."""
     blob = load_checkpoint(ckpt, trust=trust, trust_option=trust_option)
     state = blob.get("state_dict", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):

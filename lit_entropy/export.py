@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.checkpointing import UnsafeCheckpointError, load_checkpoint
 from lit_entropy.evaluation_run import build_policy, find_run_config
 from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.models import HFTokenizerAdapter, PolicyBundle
 from lit_entropy.policy.tokenizer import CharTokenizer
+from lit_entropy.utils.checkpointing import UnsafeCheckpointError, load_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ SHA256_MAX_BYTES = 4 << 30
 of big models) are identified by size and mtime, so an export does not spend minutes hashing."""
 HF_POLICIES = "model=hf / model=smollm2_135m"
 TRUST_FLAG = "--trust-checkpoint"
-"""The command line's opt-in to a full unpickling of the checkpoint (lit_entropy/checkpointing.py)."""
+"""The command line's opt-in to a full unpickling of the checkpoint (lit_entropy/utils/checkpointing.py)."""
 
 
 class ExportError(ValueError):
@@ -62,7 +62,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     (refused otherwise, so an export never silently mixes with another model's files). ``model_dir``: the base
     model's folder (a Hugging Face folder or hub id) — for a checkpoint without its run's
     ``.hydra/config.yaml``, or to point a moved run at a local copy of its base. ``trust``: load a checkpoint that
-    a weights-only load refuses with full unpickling (it may run code; :func:`lit_entropy.checkpointing.load_checkpoint`).
+    a weights-only load refuses with full unpickling (it may run code; :func:`lit_entropy.utils.checkpointing.load_checkpoint`).
     Returns ``out_dir``.
     """
     ckpt, out = Path(ckpt_path), Path(out_dir)

@@ -16,7 +16,7 @@ clipping and the optimizer step; ``train/*`` logging. On W ranks (DDP or FSDP2) 
 rollout batch and the same minibatches; each optimizer step normalises with the whole minibatch's counts
 and scales the loss by W so that the strategies' gradient averaging yields the one-rank gradient sum.
 ``train/*`` sums are reduced over ranks before they are logged. ``train/*`` is logged at the optimizer step, every
-per-iteration value at the iteration (``step`` = ``iteration`` = ``current_epoch + 1``, lit_entropy/log_steps.py).
+per-iteration value at the iteration (``step`` = ``iteration`` = ``current_epoch + 1``, lit_entropy/utils/log_steps.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from lit_entropy.algo import AlgoConfig, OptimConfig, build_optimizer
 from lit_entropy.diagnostics.topk import topk_mass
 from lit_entropy.diagnostics.vocab_kernels import check_mode as vocab_kernels_mode
 from lit_entropy.iteration import rollout_of
-from lit_entropy.log_steps import ITERATION, iteration_step
 from lit_entropy.objectives import changes as surrogate_changes
 from lit_entropy.objectives import stare
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
@@ -53,6 +52,7 @@ from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.strategies import fully_shard_policy
 from lit_entropy.rollout.batch import BatchConfig, RolloutBatch
 from lit_entropy.utils import dist
+from lit_entropy.utils.log_steps import ITERATION, iteration_step
 
 
 class PolicyModule(pl.LightningModule):
@@ -425,7 +425,7 @@ class PolicyModule(pl.LightningModule):
             "time/forward": self.time_forward,  # this iteration's no-grad forwards, pre-update pass included
             "time/forward_backward": self.time_forward_backward,
         }
-        # This epoch's values go to the iteration's step, not the optimizer step (lit_entropy/log_steps.py).
+        # This epoch's values go to the iteration's step, not the optimizer step (lit_entropy/utils/log_steps.py).
         k = float(iteration_step(self.current_epoch))
         self.log_dict({**times, "step": k, ITERATION: k}, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
         self.time_forward = self.time_forward_backward = 0.0

@@ -17,18 +17,18 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams, varied_keys
-from lit_entropy.checkpointing import check_resumable
-from lit_entropy.interrupt import InterruptLatch
+from lit_entropy.callbacks.interrupt import InterruptLatch
 from lit_entropy.iteration import draw_refusals
-from lit_entropy.log_steps import tensorboard_resume, write_again
 from lit_entropy.objectives import advantages as adv
 from lit_entropy.objectives.rollout_correction import check_with_algo, staleness_advice
 from lit_entropy.policy.precision import cpu_half_support, slow_half_precision_note
 from lit_entropy.rollout.base import SamplingConfig
 from lit_entropy.rollout.batch import BatchConfig
 from lit_entropy.rollout.sampler import Sampler
-from lit_entropy.terminal import quiet_third_party, startup_block
+from lit_entropy.utils.checkpointing import check_resumable
 from lit_entropy.utils.dist import rank
+from lit_entropy.utils.log_steps import tensorboard_resume, write_again
+from lit_entropy.utils.terminal import quiet_third_party, startup_block
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def instantiate_loggers(cfg: DictConfig | None, resume_step: int | None = None,
     """The ``logger`` nodes. ``resume_step``, ``resume_iteration``: a resumed run's first optimizer step and the
     iterations its checkpoint finished. TensorBoard writers get a ``purge_step`` from them, so in the same log
     folder TensorBoard hides what the interrupted run logged after its checkpoint (the resumed run logs those
-    steps again, identically), on both axes (:func:`lit_entropy.log_steps.tensorboard_resume`)."""
+    steps again, identically), on both axes (:func:`lit_entropy.utils.log_steps.tensorboard_resume`)."""
     if not cfg:
         return []
     out = []
@@ -287,7 +287,7 @@ def fit(cfg: DictConfig, engine: Any = None) -> Fitted:
         if explained is err:
             raise
         raise explained from err
-    try:  # weights-only, whatever torch's default: a checkpoint cannot run code (lit_entropy/checkpointing.py)
+    try:  # weights-only, whatever torch's default: a checkpoint cannot run code (lit_entropy/utils/checkpointing.py)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=not trust)
     finally:
         datamodule.close()

@@ -5,7 +5,7 @@ Not part of the installed package: it runs from a checkout, through one entry po
 surface only: the ``train`` command's runs (subprocesses), their TensorBoard files
 (:mod:`lit_entropy.analysis.runs`), the registries of methods (:data:`lit_entropy.callbacks.CONTROLLERS`,
 :data:`lit_entropy.objectives.registry.SELECTION_RULES`), the law fit (:mod:`lit_entropy.diagnostics.entropy_law`),
-the config folder (:mod:`lit_entropy.config_path`), the logging steps (:mod:`lit_entropy.log_steps`) and the
+the config folder (:mod:`lit_entropy.utils.config_path`), the logging steps (:mod:`lit_entropy.utils.log_steps`) and the
 run builder's callbacks (:func:`lit_entropy.train.instantiate_callbacks`, for a preview).
 
 * :mod:`~studies.protocol`, :mod:`~studies.protocol_phases`, :mod:`~studies.protocol_preview`: a protocol file

@@ -14,7 +14,7 @@ def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[i
     """One run's eval ``tag`` by iteration: an evaluation after iteration i is logged at the step of that
     iteration's ``rollout/entropy``, one at start (``callbacks.eval.at_start``) at step 0 = iteration 0. Counting
     the ``rollout/entropy`` steps up to an evaluation's step gives i on either axis: step i in a run with the
-    ``iteration`` marker, the optimizer step that ended iteration i in an older one (lit_entropy/log_steps.py)."""
+    ``iteration`` marker, the optimizer step that ended iteration i in an older one (lit_entropy/utils/log_steps.py)."""
     ends = [step for step, _ in scalars.get("rollout/entropy", [])]
     return {sum(1 for e in ends if e <= step): v for step, v in scalars.get(tag, [])}
 

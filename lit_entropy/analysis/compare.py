@@ -3,7 +3,7 @@
 Per-iteration metrics (one value per RL iteration, e.g. ``rollout/*``) are drawn against the iteration k
 (1 for the first; 0 for the evaluation of the starting policy), so runs with different numbers of optimizer
 steps per iteration line up; per-step metrics (``train/*``) against the optimizer step. A run that logged the
-``iteration`` marker wrote its per-iteration metrics at step k already (lit_entropy/log_steps.py); an older run
+``iteration`` marker wrote its per-iteration metrics at step k already (lit_entropy/utils/log_steps.py); an older run
 wrote everything at the optimizer step, and its per-iteration values are placed through the logged ``epoch``
 (the value written at the end of epoch e is iteration e + 1), so old and new runs line up in one figure.
 
@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 
 from lit_entropy.analysis.runs import read_scalars, run_labels
-from lit_entropy.log_steps import ITERATION, on_optimizer_step
+from lit_entropy.utils.log_steps import ITERATION, on_optimizer_step
 
 DEFAULT_METRICS = "rollout/entropy,rollout/accuracy,rollout/reward_mean,rollout/response_len_mean"
 ENTROPY = "rollout/entropy"

@@ -55,7 +55,7 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
     The event files of one folder are read in order by one accumulator, which applies the purges a resumed run
     asks for (its writer's ``purge_step`` drops what the interrupted run logged after its checkpoint, which the
-    resumed run logs again: :func:`lit_entropy.log_steps.tensorboard_resume`), so a resumed run reads like an
+    resumed run logs again: :func:`lit_entropy.utils.log_steps.tensorboard_resume`), so a resumed run reads like an
     uninterrupted one. Folders are merged; the sort is stable, so two points at the same step keep the order in
     which they were written. A point written twice with the same step and value in one folder is read once: runs
     restarted from their boundary-0 checkpoint before 2026-11-27 were not purged (the restart's writer skipped the

@@ -9,7 +9,7 @@ rules for scalars, nothing more:
 * the files of one folder are one stream, in name order (the name carries the creation time);
 * **purges**: in a stream whose ``file_version`` is 2 or more (every file a ``SummaryWriter`` writes), a
   ``SessionLog.START`` event at step *s* drops every point seen so far at a step ≥ *s* (what a writer opened with
-  ``purge_step`` writes: :func:`lit_entropy.log_steps.tensorboard_resume`); in an older stream, an event with
+  ``purge_step`` writes: :func:`lit_entropy.utils.log_steps.tensorboard_resume`); in an older stream, an event with
   summaries at a step below the latest step seen drops the points of its own tags at steps ≥ its step;
 * a tag whose points were all purged is still listed (empty), as ``EventAccumulator.Tags()`` lists it;
 * a record the writer had not finished (a run killed mid-write) ends the file, as it ends the accumulator's read.

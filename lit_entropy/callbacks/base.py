@@ -12,7 +12,7 @@ Config keys every controller takes (subclasses hand them on as ``**common``):
 * ``target`` — a number (a fixed entropy in nats), ``"first"`` (the first iteration's entropy, the
   papers' default for ADAPO and REPO) or a schedule ``{kind: linear|cosine|constant|piecewise|
   <pkg.module:function>, start:, end:, points:}`` over training progress p ∈ [0, 1], read by
-  :func:`lit_entropy.schedules.parse_schedule` (Entrocraft's ``band`` is the same grammar with
+  :func:`lit_entropy.callbacks.schedules.parse_schedule` (Entrocraft's ``band`` is the same grammar with
   ``[h_low, h_high]`` values; its target is the band's centre);
 * ``progress`` — ``{unit: iterations|samples, total_samples:}``, what p counts (:class:`ProgressConfig`);
 * ``clamp_patience`` — iterations a knob may sit at its clamp before one log warning.
@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 
+from lit_entropy.callbacks.schedules import BandSchedule, Schedule, parse_schedule, probe_points, progress
 from lit_entropy.dose import Dose
 from lit_entropy.rollout.batch import RolloutBatch
-from lit_entropy.schedules import BandSchedule, Schedule, parse_schedule, probe_points, progress
 
 log = logging.getLogger(__name__)
 

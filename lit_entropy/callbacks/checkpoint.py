@@ -18,7 +18,7 @@ rollout and controller step. Resuming it runs exactly the iterations that were n
   Ctrl-C, …): the state at that moment, for inspection; ``ckpt_path`` refuses it (it is mid-iteration) —
   ``last.ckpt`` is the one to resume from.
 
-Every file is written under a temporary name, fsynced and renamed (:func:`lit_entropy.checkpointing.atomic_write`).
+Every file is written under a temporary name, fsynced and renamed (:func:`lit_entropy.utils.checkpointing.atomic_write`).
 The global RNG states (Python, NumPy, torch) go into the checkpoint and are restored at the boundary.
 
 With ``async_write`` (one process only) the boundary's state is copied at the boundary and written by a
@@ -39,7 +39,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_entropy.checkpointing import (
+from lit_entropy.utils.checkpointing import (
     META_KEY,
     atomic_write,
     link_or_copy,

@@ -18,7 +18,7 @@ is one row: a run resumed into its own folder writes the summary again and stays
 **The layout.** :data:`LAYOUT` groups the tags the entropy story needs into charts of TensorBoard's *Custom
 Scalars* tab, each chart overlaying the runs: the entropy with its controller's band or target, the controller's
 knob, accuracy and reward, held-out pass@k, the clip fractions and the sampler/trainer mismatch. Per-iteration tags
-stay on the iteration axis and ``train/*`` on the optimizer step (lit_entropy/log_steps.py).
+stay on the iteration axis and ``train/*`` on the optimizer step (lit_entropy/utils/log_steps.py).
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ from lit_entropy.diagnostics.entropy_dynamics import (
     response_values,
 )
 from lit_entropy.diagnostics.token_split import QUADRANTS, entropy_high_low, grad_mass_quadrants
-from lit_entropy.log_steps import iteration_step
 from lit_entropy.rollout.batch import RolloutBatch
+from lit_entropy.utils.log_steps import iteration_step
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class EntropyDiagnosticsCallback(pl.Callback):
         quantiles: entropy quantiles to log as ``diag/entropy_q<percent>``.
         histogram: add the ``diag/token_entropy`` histogram of response-token entropies to every
             logger whose ``experiment`` has ``add_histogram`` (TensorBoard), at the iteration's step
-            (``trainer.current_epoch + 1``, the step of the iteration's scalars: lit_entropy/log_steps.py).
+            (``trainer.current_epoch + 1``, the step of the iteration's scalars: lit_entropy/utils/log_steps.py).
         max_histogram_values: cap on the number of entropies sent to the histogram (an evenly strided
             subsample beyond it); ``None`` sends all.
     """

@@ -21,7 +21,7 @@ progress p, the direction is m = 1[H > h_high] − 1[H < h_low]. Two modes act o
   1 maps {0, 1} to {−1, 0} (−1 on failures, 0 on successes).
 
 The band (``band=``) is a schedule over training progress p read by
-:func:`lit_entropy.schedules.parse_schedule`, the grammar of every controller's ``target`` with
+:func:`lit_entropy.callbacks.schedules.parse_schedule`, the grammar of every controller's ``target`` with
 ``[h_low, h_high]`` values: a fixed ``[h_low, h_high]``, ``{kind: constant|linear|cosine, start:
 [h_low, h_high], end: [h_low, h_high]}``, ``{kind: piecewise, points: [[p, h_low, h_high], ...]}`` or
 ``{kind: "pkg.module:function"}`` (``p -> [h_low, h_high]``). It is the base class's target: the logged
@@ -44,6 +44,7 @@ import lightning.pytorch as pl
 import torch
 
 from lit_entropy.callbacks.base import CONFIG_PATH, Dose, EntropyController, config_error
+from lit_entropy.callbacks.schedules import BandSchedule, parse_schedule
 from lit_entropy.objectives.entrocraft import (
     band_direction,
     group_renormalised_weights,
@@ -51,7 +52,6 @@ from lit_entropy.objectives.entrocraft import (
     sample_keep,
 )
 from lit_entropy.rollout.batch import RolloutBatch
-from lit_entropy.schedules import BandSchedule, parse_schedule
 
 MODES = ("paper", "hard")
 RENORMALISE = ("prompt", "none")

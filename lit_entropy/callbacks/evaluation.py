@@ -5,7 +5,7 @@ Every ``every_n_iterations`` RL iterations (and after the last one, or the one w
 first update, logged at step 0, so a curve starts from the policy training began with) it samples ``n`` completions for
 each of ``num_problems`` evaluation problems with the run's own sampler (engine, top_p and stop strings as
 in training; ``temperature`` and ``max_new_tokens`` may differ) and scores them with the task's reward. An
-evaluation after iteration k is logged with that iteration's metrics, at step k (lit_entropy/log_steps.py). The
+evaluation after iteration k is logged with that iteration's metrics, at step k (lit_entropy/utils/log_steps.py). The
 evaluation after the last iteration draws ``final_n`` samples per problem and reports pass@k for ``final_ks`` where
 they are set (a study reads its large-k pass@k there only, and pays for 64 samples once).
 

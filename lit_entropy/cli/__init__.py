@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from lit_entropy.config_path import PACKAGE, config_dir
+from lit_entropy.utils.config_path import PACKAGE, config_dir
 
 __all__ = ["PACKAGE", "config_dir", "quiet_engine_defaults"]
 
@@ -19,10 +19,10 @@ __all__ = ["PACKAGE", "config_dir", "quiet_engine_defaults"]
 def quiet_engine_defaults(argv: list[str] | None = None) -> None:
     """vLLM in-process unless the environment says otherwise, and torch's C++ messages quiet unless
     ``verbose=true`` is among ``argv`` (both before torch's and vLLM's import; vLLM's own log level is set
-    by :func:`lit_entropy.terminal.quiet_third_party`, which reads ``verbose``)."""
+    by :func:`lit_entropy.utils.terminal.quiet_third_party`, which reads ``verbose``)."""
     import sys
 
-    from lit_entropy.terminal import quiet_cpp_before_torch
+    from lit_entropy.utils.terminal import quiet_cpp_before_torch
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     quiet_cpp_before_torch(sys.argv[1:] if argv is None else list(argv))

@@ -7,7 +7,7 @@ import os
 import sys
 
 from lit_entropy.cli import quiet_engine_defaults
-from lit_entropy.terminal import quiet_third_party
+from lit_entropy.utils.terminal import quiet_third_party
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     reason on stderr)."""
     args = parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from lit_entropy.terminal import quiet_third_party
+    from lit_entropy.utils.terminal import quiet_third_party
 
     quiet_third_party(verbose=False)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")

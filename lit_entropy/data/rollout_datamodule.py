@@ -28,7 +28,6 @@ import torch
 from lightning.pytorch.trainer.states import TrainerStatus
 from torch.utils.data import DataLoader
 
-from lit_entropy.checkpointing import preserved_rng
 from lit_entropy.objectives.advantages.groups import group_has_signal, select_groups
 from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rollout.base import Generation
@@ -37,6 +36,7 @@ from lit_entropy.rollout.overlap import Job, Producer
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.tasks.prompts import Prompt, PromptSource
 from lit_entropy.utils import dist
+from lit_entropy.utils.checkpointing import preserved_rng
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from lit_entropy.callbacks.dashboard import LAYOUT
-from lit_entropy.checkpointing import check_resumable
-from lit_entropy.log_steps import on_optimizer_step
+from lit_entropy.utils.checkpointing import check_resumable
+from lit_entropy.utils.log_steps import on_optimizer_step
 from tests.helpers import CONF
 from tests.integration.test_exact_resume import max_state_diff
 
@@ -72,7 +72,7 @@ def test_resume_from_iteration_2_equals_4_straight(tmp_path, harness, name):
     resumed = harness.fit([*_overrides(name), f"trainer.max_epochs={K}", f"ckpt_path={ckpt}"], tmp_path,
                           smoke=False, name="resumed")
     # The resumed run's first step: the optimizer step after the checkpoint's for train/*, the iteration after it
-    # for the per-iteration tags (lit_entropy/log_steps.py).
+    # for the per-iteration tags (lit_entropy/utils/log_steps.py).
     first = {True: meta["step"], False: meta["iteration"] + 1}
     want = {t: [(s, v) for s, v in p if s >= first[on_optimizer_step(t)]] for t, p in straight.scalars.items()
             if not t.startswith("time/")}  # wall-clock seconds differ by nature

@@ -173,7 +173,7 @@ def assert_same_as_baseline(run: Path, base: Path) -> dict[str, float]:
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=() if n in DEFAULT_SUITE else pytest.mark.slow) for n in CONTROLLERS])
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, baseline, name):
-    from lit_entropy.checkpointing import check_resumable
+    from lit_entropy.utils.checkpointing import check_resumable
 
     base = baseline(name)
     run = tmp_path / "run"
@@ -197,7 +197,7 @@ def test_sigkill_mid_overlap_then_resume_equals_uninterrupted(tmp_path, baseline
     the batch sampled during update J - 1, the kill comes while batch J + 1 is launched or generating; the
     resume trains on exactly the uninterrupted run's rows (the final checkpoint, with its batch sampled
     ahead, included)."""
-    from lit_entropy.checkpointing import check_resumable
+    from lit_entropy.utils.checkpointing import check_resumable
 
     base = baseline(name, OVERLAP)
     lag = [v for _, v in tb_scalars(base)["rollout/staleness_max"]]
@@ -231,7 +231,7 @@ def test_floating_point_error_leaves_checkpoints(tmp_path, harness):
     """A learning rate that blows the weights up: the run dies with FloatingPointError and leaves both the
     last boundary (resumable) and the state at the error (refused as ``ckpt_path``, naming last.ckpt).
     In-process: the exception is what ends the run (scripts/train.py exits non-zero with it)."""
-    from lit_entropy.checkpointing import check_resumable
+    from lit_entropy.utils.checkpointing import check_resumable
 
     with pytest.raises(FloatingPointError):
         harness.fit(_overrides("none", "optim.lr=1e20", "optim.max_grad_norm=0", "module.uniform_entropy_tol=null",

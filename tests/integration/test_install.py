@@ -140,7 +140,7 @@ def test_every_module_imports_from_the_installed_wheel(installed, tmp_path):
         "        out[name] = importlib.import_module(name).__file__\n"
         "    except BaseException:\n"
         "        out[name] = 'FAILED: ' + traceback.format_exc(limit=3).strip().splitlines()[-1]\n"
-        "from lit_entropy.config_path import config_dir\n"
+        "from lit_entropy.utils.config_path import config_dir\n"
         "out['<configs>'] = str(config_dir())\n"
         "print(json.dumps(out))\n"
     )

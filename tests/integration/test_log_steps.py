@@ -1,4 +1,4 @@
-"""A real run's TensorBoard files on the two x axes (lit_entropy/log_steps.py; in-process, tests/harness.py): the
+"""A real run's TensorBoard files on the two x axes (lit_entropy/utils/log_steps.py; in-process, tests/harness.py): the
 per-iteration tags at the iteration whatever the number of optimizer steps per iteration, train/* at the optimizer
 step, the evaluation of the starting policy at 0."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_entropy.log_steps import ITERATION
+from lit_entropy.utils.log_steps import ITERATION
 
 pytestmark = pytest.mark.integration
 

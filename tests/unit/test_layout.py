@@ -24,11 +24,11 @@ STUDIES_MAY_IMPORT = {
     "lit_entropy.analysis.tfevents",  # event files' scalars, read and written (records rebuilt as runs)
     "lit_entropy.callbacks",  # CONTROLLERS and their Dose
     "lit_entropy.cli.train",  # FIT_FINISHED: the line scripts/train.py prints once a run's fit returned
-    "lit_entropy.config_path",
+    "lit_entropy.utils.config_path",
     "lit_entropy.diagnostics.entropy_law",
     "lit_entropy.dose",  # Dose, what every kind of method declares
     "lit_entropy.objectives.losses",  # LOSSES and their Dose
-    "lit_entropy.log_steps",
+    "lit_entropy.utils.log_steps",
     "lit_entropy.objectives.registry",  # SELECTION_RULES
     "lit_entropy.train",  # instantiate_callbacks, for a protocol's preview
 }

@@ -129,7 +129,7 @@ def test_compare_script(runs, tmp_path):
 def test_compare_places_runs_with_the_iteration_marker_at_their_steps_and_older_runs_through_epoch():
     from lit_entropy.analysis.compare import by_iteration
 
-    # As the module logs now (lit_entropy/log_steps.py): 3 iterations of 2 optimizer steps, eval at start and after 3.
+    # As the module logs now (lit_entropy/utils/log_steps.py): 3 iterations of 2 optimizer steps, eval at start and after 3.
     new = {"iteration": [(1, 1.0), (2, 2.0), (3, 3.0)], "epoch": [(s, float(s // 2)) for s in range(6)],
            "rollout/entropy": [(1, 0.5), (2, 0.4), (3, 0.3)], "train/loss_epoch": [(1, 1.0), (2, 0.9), (3, 0.8)],
            "eval/pass@1": [(0, 0.1), (3, 0.3)], "train/loss": [(s, 1.0 / (1 + s)) for s in range(6)]}

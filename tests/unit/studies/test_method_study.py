@@ -412,7 +412,7 @@ def test_eval_series_places_each_evaluation_at_its_iteration_and_the_start_at_0(
                "eval/pass@64": [(0, 0.9), (7, 0.6), (11, 0.5)]}
     assert eval_series(scalars, "eval/pass@64") == {0: 0.9, 2: 0.6, 3: 0.5}
     assert eval_series(scalars, "eval/pass@16") == {}
-    # A run with the `iteration` marker (lit_entropy/log_steps.py) logs iteration i's metrics at step i: the same map.
+    # A run with the `iteration` marker (lit_entropy/utils/log_steps.py) logs iteration i's metrics at step i: the same map.
     scalars = {"rollout/entropy": [(i, 0.5) for i in range(1, 4)], "eval/pass@64": [(0, 0.9), (2, 0.6), (3, 0.5)]}
     assert eval_series(scalars, "eval/pass@64") == {0: 0.9, 2: 0.6, 3: 0.5}
 

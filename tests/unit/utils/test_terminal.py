@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from lit_entropy.terminal import quiet_cpp_before_torch, quiet_third_party, startup_block
+from lit_entropy.utils.terminal import quiet_cpp_before_torch, quiet_third_party, startup_block
 from tests.helpers import compose_train
 
 

@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from lit_entropy.interrupt import InterruptLatch
+from lit_entropy.callbacks.interrupt import InterruptLatch
 
 
 class SwallowsCtrlC(BoringModel):

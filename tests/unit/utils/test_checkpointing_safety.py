@@ -1,4 +1,4 @@
-"""No checkpoint runs code: every load the package does is weights-only (lit_entropy.checkpointing.load_checkpoint).
+"""No checkpoint runs code: every load the package does is weights-only (lit_entropy.utils.checkpointing.load_checkpoint).
 
 A checkpoint whose pickle would run a shell command is refused by resume (``train.fit``), evaluation and export,
 each naming the file, and the command never runs; a full unpickling happens only on the documented opt-in
@@ -17,7 +17,7 @@ import warnings
 import pytest
 import torch
 
-from lit_entropy.checkpointing import (
+from lit_entropy.utils.checkpointing import (
     UnsafeCheckpointError,
     check_resumable,
     check_sharded_metadata,

@@ -1,4 +1,4 @@
-"""The two x axes of a run's logs (lit_entropy/log_steps.py): which tag is on which, and a resumed run's TensorBoard
+"""The two x axes of a run's logs (lit_entropy/utils/log_steps.py): which tag is on which, and a resumed run's TensorBoard
 writer in the interrupted run's folder, which must hide what was logged after the checkpoint on both axes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_entropy.log_steps import (
+from lit_entropy.utils.log_steps import (
     ITERATION,
     iteration_step,
     on_optimizer_step,

@@ -1,4 +1,4 @@
-"""Atomic checkpoint writes and the start-up check of ``ckpt_path`` (lit_entropy.checkpointing)."""
+"""Atomic checkpoint writes and the start-up check of ``ckpt_path`` (lit_entropy.utils.checkpointing)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_entropy.checkpointing import (
+from lit_entropy.utils.checkpointing import (
     atomic_write,
     check_resumable,
     link_or_copy,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The ``lit_entropy`` package folder (this file is in its ``utils/``)."""
 
 
 def config_dir() -> Path:

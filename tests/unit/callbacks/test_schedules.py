@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from lit_entropy.schedules import (
+from lit_entropy.callbacks.schedules import (
     BandSchedule,
     CallableSchedule,
     ConstantSchedule,
