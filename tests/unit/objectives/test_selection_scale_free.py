@@ -1,5 +1,5 @@
 """Clip-Cov / KL-Cov settings that mean the same at any batch size: minimum and expected counts, and Clip-Cov's
-bounds as quantiles of the covariance term (lit_entropy/objectives/selection.py), checked on hand-computed cases
+bounds as quantiles of the covariance term (lit_entropy/objectives/selection/clip_cov.py, kl_cov.py), checked on hand-computed cases
 and at start-up through the real config."""
 
 from __future__ import annotations
