@@ -10,13 +10,13 @@ preset YAML that names it (docs/objectives.md, "Adding an advantage estimator").
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+
+from lit_entropy.utils.registries import add_once, import_submodules
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,7 @@ ESTIMATORS: dict[str, Estimator] = {}
 
 def register(name: str, fn: Callable[..., Tensor], options: Iterable[str] = (), baseline: bool = True) -> None:
     """Register the estimator ``name`` (called once, by its own file)."""
-    if name in ESTIMATORS:
-        raise ValueError(f"advantage estimator {name!r} is registered twice")
-    ESTIMATORS[name] = Estimator(name, fn, frozenset(options), baseline)
+    add_once(ESTIMATORS, name, Estimator(name, fn, frozenset(options), baseline), "advantage estimator")
 
 
 def known_options() -> frozenset[str]:
@@ -67,8 +65,7 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int, **kwargs: An
     return estimator.fn(rewards, group_size=group_size, **{k: v for k, v in kwargs.items() if k in estimator.options})
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)
 
 NO_BASELINE: tuple[str, ...] = tuple(name for name, e in ESTIMATORS.items() if not e.baseline)
 """Estimators with no baseline: all-equal groups still carry a signal (what DAPO's dynamic sampling would drop)."""

@@ -9,13 +9,13 @@ this folder is imported here, so a new transform is its file and a preset YAML t
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+
+from lit_entropy.utils.registries import add_once, import_submodules
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,7 @@ REWARD_TRANSFORMS: dict[str, RewardTransform] = {}
 
 def register(transform: RewardTransform) -> None:
     """Register ``transform`` (called once, by its own file)."""
-    if transform.name in REWARD_TRANSFORMS:
-        raise ValueError(f"reward transform {transform.name!r} is registered twice")
-    REWARD_TRANSFORMS[transform.name] = transform
+    add_once(REWARD_TRANSFORMS, transform.name, transform, "reward transform")
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)

@@ -16,14 +16,14 @@ this folder is imported here, so a new rule is its file and a preset YAML (docs/
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+
+from lit_entropy.utils.registries import add_once, import_submodules
 
 RULE_INPUTS: dict[str, str] = {
     "mask": "[B, L] bool response tokens",
@@ -95,9 +95,7 @@ SELECTION_RULES: dict[str, SelectionRule] = {}
 
 def register(rule: SelectionRule) -> None:
     """Register ``rule`` (called once, by its own file)."""
-    if rule.name in SELECTION_RULES:
-        raise ValueError(f"selection rule {rule.name!r} is registered twice")
-    SELECTION_RULES[rule.name] = rule
+    add_once(SELECTION_RULES, rule.name, rule, "selection rule")
 
 
 def check_args(name: str | None, args: Mapping[str, Any]) -> None:
@@ -115,5 +113,4 @@ def check_args(name: str | None, args: Mapping[str, Any]) -> None:
         rule.check(**args)
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)

@@ -8,8 +8,6 @@ module of this folder is imported here, so a new term is its file and the YAML t
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,6 +17,7 @@ from torch import Tensor
 
 from lit_entropy.objectives.kl import kl_estimate
 from lit_entropy.objectives.policy_loss import aggregate
+from lit_entropy.utils.registries import add_once, import_submodules
 
 
 @dataclass
@@ -89,10 +88,7 @@ LOSS_TERMS: dict[str, LossTerm] = {}
 
 def register(term: LossTerm) -> None:
     """Register ``term`` (called once, by its own file)."""
-    if term.name in LOSS_TERMS:
-        raise ValueError(f"loss term {term.name!r} is registered twice")
-    LOSS_TERMS[term.name] = term
+    add_once(LOSS_TERMS, term.name, term, "loss term")
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)

@@ -11,13 +11,13 @@ with :func:`shape`; every module of this folder is imported here, so a new rule 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+
+from lit_entropy.utils.registries import add_once, import_submodules
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,7 @@ SHAPINGS: dict[str, TokenShaping] = {}
 def register(name: str, fn: Callable[..., tuple[Tensor, Tensor]], args: Iterable[str] = (),
              replaces_estimator: bool = False, check: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Register the rule ``name`` (called once, by its own file)."""
-    if name in SHAPINGS:
-        raise ValueError(f"token shaping {name!r} is registered twice")
-    SHAPINGS[name] = TokenShaping(name, fn, frozenset(args), replaces_estimator, check)
+    add_once(SHAPINGS, name, TokenShaping(name, fn, frozenset(args), replaces_estimator, check), "token shaping")
 
 
 def check_coefficients(args: dict[str, Any], keys: Iterable[str]) -> None:
@@ -94,5 +92,4 @@ def shape(name: str, advantages: Tensor, rewards: Tensor, entropy: Tensor, respo
     return SHAPINGS[name].fn(advantages, rewards, entropy, response_mask.bool(), group_size, **args)
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)
