@@ -2,7 +2,7 @@
 
 A run's weights live in a Lightning checkpoint (``<run>/checkpoints/*.ckpt``, the policy under the
 ``state_dict`` keys ``model.*``), which neither transformers nor vLLM can read. This module rebuilds the
-run's policy exactly as evaluation does (:func:`lit_entropy.evaluation_run.build_policy`: the ``model``
+run's policy exactly as evaluation does (:func:`lit_entropy.policy.from_run.build_policy`: the ``model``
 group of the run's ``.hydra/config.yaml``, the checkpoint's weights loaded into it), merges LoRA adapters
 into the base weights (``W + B·A·alpha/r``, what the weight sync handed the rollout engine), and writes
 ``config.json``, ``model.safetensors``, the tokenizer with its chat template, ``generation_config.json``
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.evaluation_run import build_policy, find_run_config
+from lit_entropy.policy.from_run import build_policy, find_run_config
 from lit_entropy.policy.lora import is_peft
 from lit_entropy.policy.models import HFTokenizerAdapter, PolicyBundle
 from lit_entropy.policy.tokenizer import CharTokenizer

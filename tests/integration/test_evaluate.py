@@ -14,8 +14,9 @@ import torch
 from omegaconf import OmegaConf
 
 from lit_entropy.evaluation import evaluate
-from lit_entropy.evaluation_run import compose_evaluate, load_checkpoint_weights, main
+from lit_entropy.evaluation_run import compose_evaluate, main
 from lit_entropy.metrics import pass_at_k
+from lit_entropy.policy.from_run import load_checkpoint_weights
 from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
