@@ -132,9 +132,7 @@ class AEPOCallback(EntropyController):
         """Steps 1-2 of the law: the temperature from this batch's entropy, and the request for the extra samples,
         which the iteration draws (:func:`lit_entropy.iteration.draw`); step 3 runs in the request's ``choose``
         (which rows) and :meth:`prepare` (their fields, after their pre-update pass), which it calls."""
-        entropy = float(batch.metrics["rollout/entropy"])
-        target = self.target_value(trainer, entropy)
-        self.note_far(trainer, entropy, target)
+        entropy, target = self.read(trainer, batch)
         temperature = aepo_temperature(entropy, target, self.t_high, self.t_low)
         prompts = aepo_prompts(self.prompt_frac, pl_module.batch_cfg.prompts_per_iter)  # of the first round's P
 

@@ -263,10 +263,15 @@ class EntropyController(pl.Callback):
             )
 
     def on_rollout_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: RolloutBatch) -> None:
+        entropy, target = self.read(trainer, batch)
+        self.record(batch, target, self.control(trainer, pl_module, batch, entropy, target))
+
+    def read(self, trainer: pl.Trainer, batch: RolloutBatch) -> tuple[float, float]:
+        """This batch's ``rollout/entropy`` and the target for now (warning when the two stay far apart)."""
         entropy = float(batch.metrics["rollout/entropy"])
         target = self.target_value(trainer, entropy)
         self.note_far(trainer, entropy, target)
-        self.record(batch, target, self.control(trainer, pl_module, batch, entropy, target))
+        return entropy, target
 
     def record(self, batch: RolloutBatch, target: float, metrics: dict[str, float]) -> None:
         """This iteration's ``control/*`` metrics (with the target) into the batch and the state."""
