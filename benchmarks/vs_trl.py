@@ -48,7 +48,7 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 SIDES = ("ours", "trl")
 SETTINGS = {"hf": "HF generate", "vllm": "vLLM (colocated)",
             "vllm_overlap": "vLLM, ours overlapped (rollout.max_staleness=1) vs TRL colocated",
-            "real_vllm": "SmolLM2-135M-Instruct (experiment=real_lm): bf16, vLLM (colocated, compiled), TIS"}
+            "real_vllm": "SmolLM2-135M-Instruct (experiment=real_lm): vLLM (colocated, compiled), TIS; precision as the Work line says"}
 ENGINE = {"hf": "hf", "vllm": "vllm", "vllm_overlap": "vllm", "real_vllm": "vllm"}
 """The ``rollout`` group of each setting."""
 SETTING_OVERRIDES = {"vllm_overlap": ["rollout.max_staleness=1"],

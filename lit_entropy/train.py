@@ -235,6 +235,10 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     callbacks = instantiate_callbacks(cfg.get("callbacks")) + [InterruptLatch(), dashboard]
     check_knob_owners(callbacks, algo)
     check_controllers_and_algo(callbacks, algo)
+    for callback in callbacks:  # the evaluation reads the rollout source's prompts and sampler: handed over here
+        evaluate_from = getattr(callback, "evaluate_from", None)
+        if callable(evaluate_from):
+            evaluate_from(datamodule)
     drawers = draw_refusals(callbacks, sampler.sampling.max_staleness)
     if drawers:
         raise ValueError(f"{', '.join(drawers)} draws extra rows from the current weights, but rollout.max_staleness="

@@ -55,6 +55,8 @@ from studies.dose import (
     method_of,
     run_config,
 )
+from studies.pairs import run_pairing
+from studies.records import last_problem_counts
 
 
 @dataclass
@@ -296,7 +298,7 @@ _SUMMARIES: dict[tuple, dict[str, float | None] | None] = {}
 def run_summary(folder: Path) -> dict[str, float | None] | None:
     """One run's numbers (None where a run did not log the tag); None if it logged no entropy. Remembered per
     folder until one of its event files or its config changes (a report reads each run more than once)."""
-    files = [*event_files(folder), Path(folder) / ".hydra" / "config.yaml"]
+    files = [*event_files(folder), Path(folder) / ".hydra" / "config.yaml", Path(folder) / "done.json"]
     key = (str(Path(folder).resolve()), *((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()))
     if key not in _SUMMARIES:
         _SUMMARIES[key] = _run_summary(folder)
@@ -322,6 +324,8 @@ def _run_summary(folder: Path) -> dict[str, float | None] | None:
         "h_min": min(h),
         "stopped_at": stopped_at(raw),
         "bf16_via_fp32": bf16_via_fp32.ran_with_it(folder),
+        "pairing": run_pairing(folder),
+        "problem_counts": last_problem_counts(folder),
         "acc_last5": statistics.mean(acc[-5:]),
         "acc_last20": statistics.mean(acc[-20:]),
         "acc_peak20": max(moving_mean(acc, 20)),

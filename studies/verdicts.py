@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from studies.dose import METHOD_DOSE, NOT_TESTED, dose_given
-from studies.significance import holm, sign_flip_p
+from studies.pairs import PAIRINGS, problem_scores
+from studies.significance import holm, sign_flip_p, two_level_bootstrap
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 DIRECTIONS = ("higher", "lower")
@@ -65,8 +66,13 @@ class IntervalRule:
     level: float = 0.95
     alpha: float = 0.05
     correction: str = "holm"
+    pairing: str = "seed"
+    """How runs pair (:data:`studies.pairs.PAIRINGS`): by ``seed`` alone, or ``seed_machine_commit``: seed k of both,
+    each run on one machine at one commit, the same for both (:func:`studies.pairs.run_pairing`)."""
 
     def __post_init__(self) -> None:
+        if self.pairing not in PAIRINGS:
+            raise ValueError(f"interval.pairing={self.pairing!r}; choose one of {PAIRINGS}")
         if self.kind not in INTERVALS:
             raise ValueError(f"interval={self.kind!r}; choose one of {INTERVALS}")
         if self.kind in ("t", "sign_flip") and self.level != 0.95:
@@ -158,6 +164,11 @@ class Verdict:
     """Rule ``sign_flip``: the exact one-sided p-value of the claim."""
     p_adjusted: float | None = None
     """Rule ``sign_flip``: that p-value adjusted across the report's claims (Holm), which the label reads."""
+    unpaired: list[int] = field(default_factory=list)
+    """Seeds both finished that do not pair under the rule's ``pairing`` (another machine or commit): left out."""
+    problem_interval: tuple[float, float] | None = None
+    """The 95 % two-level bootstrap interval (seeds, then problems within each seed) of the mean difference, from the
+    runs' per-problem counts, where every paired run has them for the claim's metric; beside the test, not deciding."""
 
 
 def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dict[str, list[Claim]],
@@ -180,17 +191,23 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
         known = [d for d in doses if d is not None]
         dose = statistics.mean(known) if known else None
         for claim in claimed:
-            seeds = sorted(s for s in set(mine) & set(base)
-                           if mine[s].get(claim.metric) is not None and base[s].get(claim.metric) is not None)
+            finished = sorted(s for s in set(mine) & set(base)
+                              if mine[s].get(claim.metric) is not None and base[s].get(claim.metric) is not None)
+            seeds = [s for s in finished if pairs(mine[s], base[s], rule.pairing)]
+            unpaired = [s for s in finished if s not in seeds]
             diffs = [mine[s][claim.metric] - base[s][claim.metric] for s in seeds]
             if len(diffs) < 2:
                 out.append(Verdict(method, claim, seeds, None, None, dose, "no verdict",
-                                   f"{len(diffs)} paired seed(s); the interval needs 2", (settings or {}).get(method, "")))
+                                   f"{len(diffs)} paired seed(s); the interval needs 2" + _left_out(unpaired),
+                                   (settings or {}).get(method, ""), unpaired=unpaired))
                 continue
             lo, hi = rule.interval(diffs)
             text, reason = label(lo, hi, claim.direction, dosed)
+            reason += _left_out(unpaired)
             v = Verdict(method, claim, seeds, statistics.mean(diffs), (lo, hi), dose, text, reason,
-                        (settings or {}).get(method, ""))
+                        (settings or {}).get(method, ""), unpaired=unpaired,
+                        problem_interval=problem_interval([mine[s] for s in seeds], [base[s] for s in seeds],
+                                                          claim.metric))
             if rule.is_test:
                 v.p = sign_flip_p(diffs, claim.direction)
                 dosed_of[(method, claim)] = dosed
@@ -198,6 +215,31 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
     if rule.is_test:
         _adjust(out, rule, dosed_of)
     return out
+
+
+def pairs(run: dict[str, Any], baseline_run: dict[str, Any], pairing: str) -> bool:
+    """Whether two runs of one seed pair under ``pairing`` (their summaries' ``pairing``: machine and commit)."""
+    if pairing == "seed":
+        return True
+    return run.get("pairing") is not None and run.get("pairing") == baseline_run.get("pairing")
+
+
+def _left_out(unpaired: list[int]) -> str:
+    return (f"; seed(s) {', '.join(map(str, unpaired))} left out: not run on one machine at one commit with the "
+            "baseline's" if unpaired else "")
+
+
+def problem_interval(runs: list[dict[str, Any]], baseline_runs: list[dict[str, Any]], metric: str,
+                     resamples: int = 10_000, seed: int = 0) -> tuple[float, float] | None:
+    """The two-level bootstrap interval of the mean paired difference of ``metric`` over the seeds and each seed's
+    problems (:func:`studies.significance.two_level_bootstrap`), or None unless every run of both lists has the
+    per-problem counts of the same problems for it."""
+    mine = [problem_scores(r.get("problem_counts"), metric) for r in runs]
+    base = [problem_scores(r.get("problem_counts"), metric) for r in baseline_runs]
+    got = mine + base
+    if len(runs) < 2 or any(g is None for g in got) or len({g[0] for g in got}) != 1 or len({len(g[1]) for g in got}) != 1:
+        return None
+    return two_level_bootstrap([m[1] for m in mine], [b[1] for b in base], resamples, seed)
 
 
 def _adjust(verdicts: list[Verdict], rule: IntervalRule, dosed: dict[tuple[str, Claim], bool | None]) -> None:
@@ -210,6 +252,7 @@ def _adjust(verdicts: list[Verdict], rule: IntervalRule, dosed: dict[tuple[str, 
     for key, v in tested.items():
         v.p_adjusted = adjusted[key]
         v.label, v.reason = label_by_test(v.p_adjusted, rule.alpha, dosed[key])
+        v.reason += _left_out(v.unpaired)
 
 
 def rule_text(baseline: str, rule: IntervalRule | None = None) -> str:
@@ -237,15 +280,18 @@ def rule_text(baseline: str, rule: IntervalRule | None = None) -> str:
 def verdict_table(verdicts: list[Verdict]) -> str:
     """The Markdown table: one row per method and claim."""
     tested = any(v.p is not None for v in verdicts)
-    extra = " p (one-sided) | adjusted p |" if tested else ""
+    by_problem = any(v.problem_interval is not None for v in verdicts)  # only then: earlier reports keep their bytes
+    extra = (" seeds × problems 95 % |" if by_problem else "") + (" p (one-sided) | adjusted p |" if tested else "")
     lines = ["| method | setting | dose | claim | seeds | Δ vs baseline (mean) | 95 % interval |" + extra + " label | why |",
-             "|---|---|---|---|---|---|---|" + ("---|---|" if tested else "") + "---|---|"]
+             "|---|---|---|---|---|---|---|" + ("---|" if by_problem else "") + ("---|---|" if tested else "") + "---|---|"]
     for v in verdicts:
         sign = ">" if v.claim.direction == "higher" else "<"
         mean = f"{v.mean:+.3f}" if v.mean is not None else "—"
         ci = f"[{v.interval[0]:+.3f}, {v.interval[1]:+.3f}]" if v.interval else "—"
         dose = f"{v.dose:.4f}" if v.dose is not None else "—"
-        ps = (f" {_p(v.p)} | {_p(v.p_adjusted)} |" if tested else "")
+        pi = v.problem_interval
+        ps = ((f" [{pi[0]:+.3f}, {pi[1]:+.3f}] |" if pi else " — |") if by_problem else "") + (
+            f" {_p(v.p)} | {_p(v.p_adjusted)} |" if tested else "")
         lines.append(f"| {v.method} | {v.setting or '—'} | {dose} | {v.claim.metric} {sign} baseline | "
                      f"{len(v.seeds)} | {mean} | {ci} |{ps} **{v.label}** | {v.reason} |")
     return "\n".join(lines)

@@ -190,7 +190,7 @@ class RunDashboard(pl.Callback):
         for cb in trainer.callbacks:
             metric_tags = getattr(cb, "headline_tags", None)
             if callable(metric_tags):
-                tags += metric_tags(trainer.datamodule)
+                tags += metric_tags()
         return tags
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -30,12 +30,23 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import lightning.pytorch as pl
 
 from lit_entropy.evaluation import HELD_OUT_ITERATION, evaluate, evaluate_splits
 from lit_entropy.policy.models import PolicyBundle
+
+
+class EvaluationSource(Protocol):
+    """What the evaluation reads of the run's rollout source (the DataModule): its prompts, its sampler and how it
+    encodes a prompt. :func:`lit_entropy.train.build` hands it over (:meth:`PeriodicEvalCallback.evaluate_from`), so
+    the callback never reaches for ``trainer.datamodule``."""
+
+    prompts: Any
+    sampler: Any
+
+    def encode_prompt(self, tokenizer: Any, text: str) -> list[int]: ...
 
 
 class PeriodicEvalCallback(pl.Callback):
@@ -80,13 +91,18 @@ class PeriodicEvalCallback(pl.Callback):
         self.final_n = int(final_n) if final_n is not None else n
         self.final_ks = tuple(int(k) for k in final_ks) if final_ks else self.ks
         self.per_problem = bool(per_problem)
+        self.source: EvaluationSource | None = None
 
-    def headline_tags(self, datamodule: object) -> list[str]:
+    def evaluate_from(self, source: EvaluationSource) -> None:
+        """The rollout source whose prompts, sampler and prompt encoding the evaluations use (set at build)."""
+        self.source = source
+
+    def headline_tags(self) -> list[str]:
         """The pass@k tags this callback logs, for the HParams table (lit_entropy/callbacks/dashboard.py): each
         split's greedy pass@1 (with ``greedy``) and sampled pass@k, or ``eval/pass@k`` for a source without splits,
         for every k of ``ks`` and ``final_ks``."""
         ks = sorted(set(self.ks) | set(self.final_ks))
-        prompts = getattr(datamodule, "prompts", None)
+        prompts = getattr(self.source, "prompts", None)
         if prompts is None or not hasattr(prompts, "eval_splits"):
             return [f"eval/pass@{k}" for k in ks]
         tags = []
@@ -120,23 +136,26 @@ class PeriodicEvalCallback(pl.Callback):
                   ks: Sequence[int] | None = None, iteration: int = 0) -> dict[str, float]:
         n, ks = n or self.n, ks or self.ks
         started = time.perf_counter()
-        dm = trainer.datamodule
+        source = self.source
+        if source is None:
+            raise RuntimeError("PeriodicEvalCallback has no rollout source: lit_entropy.train.build hands it one "
+                               "(evaluate_from)")
         bundle = PolicyBundle(model=pl_module.model, tokenizer=pl_module.tokenizer, path=pl_module.policy_path)
         changes = {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
                    if v is not None}  # the rest (top_p, stop strings, the reward runner) as in training
-        sampler = dm.sampler.with_sampling(**changes)
+        sampler = source.sampler.with_sampling(**changes)
 
         def encode(text: str) -> list[int]:
-            return dm.encode_prompt(pl_module.tokenizer, text)
+            return source.encode_prompt(pl_module.tokenizer, text)
 
-        if hasattr(dm.prompts, "eval_splits"):
-            result = evaluate_splits(bundle, dm.prompts, sampler, self.num_problems, n=n, ks=ks,
+        if hasattr(source.prompts, "eval_splits"):
+            result = evaluate_splits(bundle, source.prompts, sampler, self.num_problems, n=n, ks=ks,
                                      seed=self.seed, greedy=self.greedy, encode=encode)
         else:
             if isinstance(self.num_problems, Mapping):
                 raise ValueError(f"callbacks.eval.num_problems={self.num_problems} names splits, but this task has "
                                  "none: give a number")
-            prompts = dm.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
+            prompts = source.prompts.sample(self.num_problems, HELD_OUT_ITERATION)
             result = evaluate(bundle, prompts, sampler, n=n, ks=ks, seed=self.seed, encode=encode)
         metrics = {k: float(v) for k, v in result.items() if k.startswith("eval/") and isinstance(v, float | int)}
         if self.per_problem and trainer.is_global_zero:

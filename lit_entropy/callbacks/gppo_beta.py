@@ -1,6 +1,6 @@
 """GPPOBetaCallback — steer entropy with CE-GPPO's two gradient scales β_low and β_high.
 
-Su et al. 2025 (CE-GPPO, arXiv 2509.20712); the loss is :func:`lit_entropy.objectives.entropy_methods.gppo_surrogate`.
+Su et al. 2025 (CE-GPPO, arXiv 2509.20712); the loss is :func:`lit_entropy.objectives.losses.ppo.gppo_surrogate`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Entropy-aware changes to the PPO surrogate (pure tensor functions) and their settings.
+"""Entropy-aware changes to the PPO surrogate (pure tensor functions) and their settings. GPPO / CE-GPPO, the
+gradient-preserving clip, is a loss of its own: :func:`lit_entropy.objectives.losses.ppo.gppo_surrogate`.
 
-* :func:`gppo_surrogate`: GPPO / CE-GPPO, gradient-preserving clipping (``algo.loss=gppo``).
 * :func:`erc_keep`: ERC, entropy ratio clipping (``algo.erc``).
 * :func:`high_entropy_tokens`: the per-response entropy quantile split of Archer and SimKO.
 * :func:`simko_inputs`: SimKO's top-K mixing and top-1 penalty, as a modified (log-prob, advantage) pair
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_entropy.objectives.policy_loss import clipped_surrogate, ratio
+from lit_entropy.objectives.policy_loss import ratio
 
 # ------------------------------------------------------------------------------------------------ settings
 
@@ -80,47 +80,6 @@ def _per_token(advantages: Tensor, like: Tensor, mask: Tensor | None) -> Tensor:
     if adv.dim() == like.dim() - 1:
         adv = adv.unsqueeze(-1)
     return _masked(adv.expand_as(like), mask)
-
-
-# ---------------------------------------------------------------------------------------------------- GPPO
-
-
-def gppo_surrogate(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    eps_low: float,
-    eps_high: float,
-    beta_low: float = 1.0,
-    beta_high: float = 1.0,
-    dual_clip: float | None = None,
-    mask: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Gradient-preserving clipping: PPO's value, with a bounded gradient on the clipped tokens.
-
-    GPPO (Su et al. 2025, "Klear-Reasoner: Advancing Reasoning Capability via Gradient-Preserving Clipping
-    Policy Optimization", arXiv 2508.07629) writes the clipped branch as ``(1 ± ε)·r/sg(r)``: its value is
-    the clip bound, as in PPO, but its gradient is ``(1 ± ε)·∇log π`` instead of zero. CE-GPPO (Su et al.
-    2025, arXiv 2509.20712) scales that gradient by β₁ on the low side (``A < 0``, ``r < 1 − ε_l``) and by
-    β₂ on the high side (``A > 0``, ``r > 1 + ε_h``); GPPO is β₁ = β₂ = 1.
-
-    Here ``l_t`` is :func:`~lit_entropy.objectives.policy_loss.clipped_surrogate`'s loss plus, on the
-    clipped tokens, ``−β·(1 ± ε)·A·(r/sg(r) − 1)``: zero in value (the forward value is PPO's, exactly),
-    gradient ``−β·(1 ± ε)·A·∇log π``. (The authors' code multiplies the value by β too; the gradient is the
-    same.) β₁ = β₂ = 0 gives PPO's gradient. Unclipped and dual-clipped tokens are PPO's. The info dict is
-    :func:`clipped_surrogate`'s.
-    """
-    if beta_low < 0 or beta_high < 0:
-        raise ValueError(f"GPPO betas must be >= 0, got beta_low={beta_low}, beta_high={beta_high}")
-    loss, info = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high, dual_clip, mask=mask)
-    mask = None if mask is None else mask.bool()
-    r = ratio(_masked(logp, mask), _masked(old_logp, mask))
-    adv = _per_token(advantages, r, mask)
-    grad_only = r / r.detach() - 1.0  # value 0, gradient ∇log π
-    zero = torch.zeros((), dtype=torch.float32, device=loss.device)
-    low = torch.where(info["clipped_low"], -beta_low * (1.0 - eps_low) * adv * grad_only, zero)
-    high = torch.where(info["clipped_high"], -beta_high * (1.0 + eps_high) * adv * grad_only, zero)
-    return loss + low + high, info
 
 
 # ----------------------------------------------------------------------------------------------------- ERC

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from lit_entropy.objectives import changes, losses, registry, stare
 from lit_entropy.objectives import entropy_methods as em
+from lit_entropy.objectives.losses.ppo import clip_active
 from lit_entropy.objectives.policy_loss import (
     aggregate,
     global_counts,
@@ -142,9 +143,9 @@ def _rule_input(source: str, mb: dict[str, Tensor], mask: Tensor, knobs: Mapping
         case "current_logp":
             return current_logp
         case "ppo_clipped":
-            adv, r = mb["token_advantages"], ratio(current_logp, mb["old_logp"])
-            clipped = ((adv > 0) & (r > 1 + knobs["eps_high"])) | ((adv < 0) & (r < 1 - knobs["eps_low"]))
-            return clipped & mask
+            low, high = clip_active(ratio(current_logp, mb["old_logp"]), mb["token_advantages"], knobs["eps_low"],
+                                    knobs["eps_high"])
+            return (low | high) & mask
         case "generator":
             return generator
         case _:

@@ -1,7 +1,9 @@
-"""Policy losses and their aggregation (docs/design.md §7.2, §8).
+"""What every policy loss shares: the importance ratio, the masking of its inputs, and the aggregation
+(docs/design.md §7.2, §8). The losses themselves are one file each in :mod:`lit_entropy.objectives.losses`
+(PPO's clip: :mod:`~lit_entropy.objectives.losses.ppo`).
 
-* :func:`clipped_surrogate`: PPO clipped surrogate (Clip-Higher / DAPO via ``eps_high``, optional dual clip).
-* :func:`gspo_surrogate`: GSPO, one clipped importance ratio per sequence (Zheng et al. 2025).
+* :func:`ratio`: ``exp(logp − old_logp)`` in fp32, clamped so it stays finite.
+* :func:`masked_loss_inputs` and :func:`loss_info`: a surrogate's inputs zeroed outside the mask, and its info dict.
 * :func:`aggregate` with the modes :data:`AGG_MODES` and the minibatch-global counts of
   :func:`global_counts`, so gradient accumulation over micro-batches reproduces the minibatch loss.
 * :func:`entropy_bonus`: ``−coef·H̄``.
@@ -21,79 +23,10 @@ LOG_RATIO_CLAMP = 20.0
 gradient turn NaN; a token 20 nats off-policy (r ≈ 4.9e8) carries no gradient instead — PPO's clip would
 already have removed the gradient of most such tokens."""
 
-GSPO_LOG_RATIO_CLAMP = 10.0
-"""Upper bound on GSPO's sequence log-ratio (verl clamps it at 10) and, symmetrically, the lower one."""
-
-
 def ratio(logp: Tensor, old_logp: Tensor) -> Tensor:
     """Importance ratio ``r = exp(clamp(logp − old_logp, ±LOG_RATIO_CLAMP))`` in fp32 (finite for any input)."""
     log_r = logp.float() - old_logp.float()
     return torch.exp(log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-
-
-def clipped_surrogate(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None = None,
-    mask: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token clipped surrogate loss [B, L] (fp32) and per-token clip indicators.
-
-    ``l_t = −min(r·A, clip(r, 1 − eps_low, 1 + eps_high)·A)`` with ``r = exp(logp − old_logp)``.
-    With ``dual_clip = c`` (> 1, e.g. 3) the loss of negative-advantage tokens is capped:
-    ``l_t = min(l_t, −c·A)`` for ``A < 0``, i.e. at most ``c·|A|``.
-
-    ``advantages`` is per token [B, L] or per sequence [B] (broadcast over tokens).
-
-    The dict holds bool [B, L] tensors ``clipped_low`` (``A < 0`` and ``r < 1 − eps_low``: the clipped
-    branch is active, no gradient), ``clipped_high`` (``A > 0`` and ``r > 1 + eps_high``),
-    ``dual_clipped`` (``A < 0`` and the dual-clip cap is active) and the detached fp32 ``ratio``.
-    Masking is left to the aggregation. With the optional ``mask`` [B, L], ``logp``, ``old_logp`` and
-    the advantages are replaced by 0 outside it (``torch.where``) before any arithmetic and the loss is
-    0 there: garbage in padding (e.g. NaN ``old_logp``) then cannot turn the zero gradient of the
-    masked-out positions into NaN (``0·NaN``) on its way back through ``exp``. Inside the mask the
-    result is the same as without it.
-    """
-    if eps_low < 0 or eps_high < 0:
-        raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    if mask is not None:
-        mask = mask.bool()
-        zero = torch.zeros((), dtype=torch.float32, device=logp.device)
-        logp = torch.where(mask, logp.float(), zero)
-        old_logp = torch.where(mask, old_logp.float(), zero)
-    r = ratio(logp, old_logp)
-    adv = advantages.float()
-    if adv.dim() == r.dim() - 1:  # per-sequence [B] against per-token [B, L]
-        adv = adv.unsqueeze(-1)
-    adv = adv.expand_as(r)
-    if mask is not None:
-        adv = torch.where(mask, adv, torch.zeros((), dtype=torch.float32, device=adv.device))
-
-    unclipped = r * adv
-    clipped = torch.clamp(r, 1.0 - eps_low, 1.0 + eps_high) * adv
-    loss = -torch.minimum(unclipped, clipped)
-
-    r_detached = r.detach()
-    info = {
-        "clipped_low": (adv < 0) & (r_detached < 1.0 - eps_low),
-        "clipped_high": (adv > 0) & (r_detached > 1.0 + eps_high),
-    }
-    if dual_clip is not None:
-        cap = -dual_clip * adv
-        dual_active = (adv < 0) & (loss.detach() > cap)
-        loss = torch.where(dual_active, cap, loss)
-        info["dual_clipped"] = dual_active
-    else:
-        info["dual_clipped"] = torch.zeros_like(info["clipped_low"])
-    if mask is not None:
-        loss = torch.where(mask, loss, torch.zeros((), dtype=torch.float32, device=loss.device))
-    info["ratio"] = r_detached
-    return loss, info
 
 
 def aggregate_token_mean(values: Tensor, mask: Tensor, num_tokens: float | Tensor | None = None) -> Tensor:
@@ -233,72 +166,6 @@ def entropy_bonus(
     return -float(coef) * aggregate(entropy, mask, mode, num_tokens, num_seqs, norm_constant)
 
 
-# ---- GSPO (Zheng et al. 2025) ---------------------------------------------------------------------------
-
-
-def gspo_surrogate(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    eps_low: float = 3e-4,
-    eps_high: float = 4e-4,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """GSPO per-token loss [B, L] (fp32): one importance ratio per sequence (Zheng et al. 2025,
-    "Group Sequence Policy Optimization", GSPO-token form).
-
-    Sequence ratio over the row's masked (response) tokens ``y_i``:
-    ``s_i = exp( (1/|y_i|)·Σ_{t∈y_i} (logp_t − old_logp_t) )``.
-    Token form, so the gradient flows through each token's log-prob:
-    ``s_it = sg[s_i]·exp(logp_t − sg[logp_t])`` (value ``s_i``; ``∂s_it/∂logp_t = s_i``), and
-    ``l_it = −min(s_it·A_i, clip(s_it, 1 − eps_low, 1 + eps_high)·A_i)``.
-
-    The clipping decision is per sequence. Aggregated with ``seq-mean-token-mean`` (the intended mode)
-    the gradient is ``−(1/S)·Σ_i s_i·A_i·(1/|y_i|)·Σ_t ∇logp_t`` over unclipped sequences, which is GSPO's
-    sequence-level gradient; clipped sequences get none. ``advantages`` is per sequence [B] (per-token
-    [B, L] is accepted: GSPO-token). The ``mask`` defines ``y_i`` (a selection mask therefore also
-    changes the sequence ratio); positions outside it are replaced by zeros with ``torch.where`` before
-    any arithmetic, so garbage there (even NaN) yields a finite zero loss and an exactly zero gradient.
-    A row with no masked token gets ``s_i = 1`` and zero loss.
-
-    Info (all detached): bool [B, L] ``clipped_low`` (``A < 0``, ``s_i < 1 − eps_low``), ``clipped_high``
-    (``A > 0``, ``s_i > 1 + eps_high``) — the sequence decision broadcast to its masked tokens —,
-    ``dual_clipped`` (all False, for parity with :func:`clipped_surrogate`), ``ratio`` [B, L]
-    (``s_i`` broadcast) and ``seq_ratio`` [B].
-    """
-    if eps_low < 0 or eps_high < 0:
-        raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
-    mask = mask.bool()
-    zero = torch.zeros((), dtype=torch.float32, device=logp.device)
-    lp = torch.where(mask, logp.float(), zero)
-    old = torch.where(mask, old_logp.float(), zero)
-    adv = advantages.float()
-    if adv.dim() == lp.dim() - 1:
-        adv = adv.unsqueeze(-1)
-    adv = torch.where(mask, adv.expand_as(lp), zero)
-
-    lengths = mask.sum(dim=-1)
-    seq_log_ratio = (lp - old).sum(dim=-1) / lengths.clamp(min=1).to(torch.float32)
-    seq_log_ratio = seq_log_ratio.clamp(-GSPO_LOG_RATIO_CLAMP, GSPO_LOG_RATIO_CLAMP)  # exp stays finite
-    seq_ratio = torch.exp(seq_log_ratio.detach())  # sg[s_i]
-    token_ratio = seq_ratio.unsqueeze(-1) * torch.exp(lp - lp.detach())  # value s_i, d/dlogp_t = s_i
-    # (|log s_i| is bounded by GSPO_LOG_RATIO_CLAMP, so s_i and its gradient stay finite.)
-
-    unclipped = token_ratio * adv
-    clipped = torch.clamp(token_ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
-    loss = torch.where(mask, -torch.minimum(unclipped, clipped), zero)
-
-    r = seq_ratio.unsqueeze(-1).expand_as(lp)
-    info = {
-        "clipped_low": mask & (adv < 0) & (r < 1.0 - eps_low),
-        "clipped_high": mask & (adv > 0) & (r > 1.0 + eps_high),
-        "dual_clipped": torch.zeros_like(mask),
-        "ratio": r,
-        "seq_ratio": seq_ratio,
-    }
-    return loss, info
-
-
 def masked_loss_inputs(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """fp32 ``logp``, ``old_logp``, advantages [B, L] and the bool mask, zero outside the mask."""
     mask = mask.bool()
@@ -313,5 +180,5 @@ def masked_loss_inputs(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask:
 
 
 def loss_info(r: Tensor, low: Tensor, high: Tensor) -> dict[str, Tensor]:
-    """The info dict of :func:`clipped_surrogate` for a loss with no dual clip: the ratio and where it was capped."""
+    """The info dict of :func:`~lit_entropy.objectives.losses.ppo.clipped_surrogate` for a loss with no dual clip: the ratio and where it was capped."""
     return {"clipped_low": low, "clipped_high": high, "dual_clipped": torch.zeros_like(low), "ratio": r.detach()}

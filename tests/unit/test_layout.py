@@ -238,6 +238,17 @@ def test_the_iteration_imports_nothing_that_calls_it():
     assert not callers, f"the rollout source imports the loop: {callers} (the loop calls it, not the other way round)"
 
 
+def test_no_callback_reaches_around_the_loop():
+    """Callbacks get what they read at build (the evaluation's rollout source) or ask ``run`` for it (a draw
+    request): none reads ``trainer.datamodule``."""
+    found = []
+    for path in sorted((ROOT / PACKAGE / "callbacks").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "datamodule":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"callbacks read the DataModule: {found}"
+
+
 def test_the_package_imports_neither_the_studies_nor_the_benchmarks():
     """They are not in the wheel (pyproject's packages): an import of them from the package would fail installed."""
     graph = import_graph(lazy=True)

@@ -17,13 +17,13 @@ Every module of this folder is imported here, so a new change is its file and a 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from torch import Tensor
+
+from lit_entropy.utils.registries import add_once, import_submodules
 
 Clipped = Callable[[Tensor, Tensor, float, float], tuple[Tensor, dict[str, Tensor]]]
 """``clipped(logp, advantages, eps_low, eps_high)``: the loss's per-token surrogate at another clip range."""
@@ -80,9 +80,7 @@ CHANGES: dict[str, SurrogateChange] = {}
 
 
 def register(change: SurrogateChange) -> SurrogateChange:
-    if change.name in CHANGES:
-        raise ValueError(f"a surrogate change named {change.name!r} is registered twice")
-    CHANGES[change.name] = change
+    add_once(CHANGES, change.name, change, "surrogate change")
     return change
 
 
@@ -103,5 +101,4 @@ def topk(algo: Any) -> int:
     return max((change.topk(args) for change, args in active(algo) if change.topk is not None), default=0)
 
 
-for _module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):  # each file registers itself
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_submodules(__name__, __path__)  # each file registers itself

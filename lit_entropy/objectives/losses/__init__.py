@@ -10,8 +10,6 @@ Every module of this folder is imported here, so a new loss is its file and a pr
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from lit_entropy.dose import Dose
+from lit_entropy.utils.registries import add_once, import_submodules
 
 
 @dataclass(frozen=True)
@@ -66,11 +65,8 @@ LOSSES: dict[str, PolicyLoss] = {}
 
 
 def register(loss: PolicyLoss) -> PolicyLoss:
-    if loss.name in LOSSES:
-        raise ValueError(f"a policy loss named {loss.name!r} is registered twice")
-    LOSSES[loss.name] = loss
+    add_once(LOSSES, loss.name, loss, "policy loss")
     return loss
 
 
-for _module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):  # each file registers its losses
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_submodules(__name__, __path__)  # each file registers itself

@@ -102,15 +102,19 @@ def test_each_chart_picks_its_tags_and_no_others(title, picks, leaves):
 def test_the_evaluation_names_the_pass_at_k_it_logs():
     splits = SimpleNamespace(prompts=SimpleNamespace(eval_splits=lambda n, seed=0: {"held_out": [], "transfer": []}))
     cb = PeriodicEvalCallback(n=8, ks=(1, 8), final_n=64, final_ks=(1, 8, 64))
-    assert cb.headline_tags(splits) == [
+    cb.evaluate_from(splits)
+    assert cb.headline_tags() == [
         "eval/held_out/greedy/pass@1", "eval/held_out/sampled/pass@1", "eval/held_out/sampled/pass@8",
         "eval/held_out/sampled/pass@64", "eval/transfer/greedy/pass@1", "eval/transfer/sampled/pass@1",
         "eval/transfer/sampled/pass@8", "eval/transfer/sampled/pass@64"]
-    assert PeriodicEvalCallback(n=4, ks=(1, 4), greedy=False).headline_tags(SimpleNamespace(prompts=object())) == [
-        "eval/pass@1", "eval/pass@4"]
+    plain = PeriodicEvalCallback(n=4, ks=(1, 4), greedy=False)
+    assert plain.headline_tags() == ["eval/pass@1", "eval/pass@4"]  # no source yet: no splits known
+    plain.evaluate_from(SimpleNamespace(prompts=object()))
+    assert plain.headline_tags() == ["eval/pass@1", "eval/pass@4"]
     assert headline_tags(["eval/pass@4"])[-1] == "eval/pass@4"
     named = PeriodicEvalCallback(num_problems={"held_out": 4, "tuning": 0, "retention": 2}, n=4, ks=(1, 4))
-    assert named.headline_tags(splits) == [
+    named.evaluate_from(splits)
+    assert named.headline_tags() == [
         "eval/held_out/greedy/pass@1", "eval/held_out/sampled/pass@1", "eval/held_out/sampled/pass@4",
         "eval/retention/greedy/pass@1", "eval/retention/sampled/pass@1", "eval/retention/sampled/pass@4"]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lit_entropy.callbacks.gppo_beta import GPPOBetaCallback
-from lit_entropy.objectives.entropy_methods import gppo_surrogate
+from lit_entropy.objectives.losses.ppo import gppo_surrogate
 from tests.helpers import small_rollout_batch
 
 

@@ -8,8 +8,10 @@ import torch
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.objectives.entropic import entropic_term
 from lit_entropy.objectives.kl import kl_estimate
+from lit_entropy.objectives.losses.gspo import gspo_surrogate
+from lit_entropy.objectives.losses.ppo import clipped_surrogate
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
-from lit_entropy.objectives.policy_loss import aggregate, clipped_surrogate, gspo_surrogate
+from lit_entropy.objectives.policy_loss import aggregate
 from lit_entropy.objectives.selection.kl_cov import kl_cov, kl_cov_loss
 
 

@@ -5,14 +5,14 @@ import torch
 
 from lit_entropy.diagnostics.entropy import naive_logprobs_and_entropy, token_logprobs_and_entropy
 from lit_entropy.objectives.kl import kl_penalty
+from lit_entropy.objectives.losses.gspo import gspo_surrogate
+from lit_entropy.objectives.losses.ppo import clipped_surrogate
 from lit_entropy.objectives.policy_loss import (
     AGG_MODES,
     aggregate,
     aggregate_token_mean,
-    clipped_surrogate,
     entropy_bonus,
     global_counts,
-    gspo_surrogate,
     masked_mean,
     ratio,
 )
@@ -28,60 +28,6 @@ def _single_thread():
     yield
     torch.set_num_threads(threads)
 
-# (r, A, loss without dual clip, loss with dual clip c=3, clipped_low, clipped_high, dual_clipped)
-TABLE = [
-    (1.1, 1.0, -1.1, -1.1, False, False, False),  # unclipped, A>0
-    (1.5, 1.0, -1.28, -1.28, False, True, False),  # clipped high: min picks (1+0.28)*A
-    (0.5, 1.0, -0.5, -0.5, False, False, False),  # A>0, r low: unclipped branch wins the min
-    (0.5, -1.0, 0.8, 0.8, True, False, False),  # clipped low: -(1-0.2)*A
-    (1.5, -1.0, 1.5, 1.5, False, False, False),  # A<0, r high: unclipped, below the dual cap 3
-    (4.0, -1.0, 4.0, 3.0, False, False, True),  # dual clip: capped at c*|A| = 3
-    (0.9, -2.0, 1.8, 1.8, False, False, False),  # unclipped, A<0
-    (1.2, 0.0, 0.0, 0.0, False, False, False),  # zero advantage
-    (4.0, 2.0, -2.56, -2.56, False, True, False),  # clipped high
-    (10.0, -0.5, 5.0, 1.5, False, False, True),  # dual clip: 3*0.5
-]
-
-
-def _table_tensors():
-    r = torch.tensor([row[0] for row in TABLE], dtype=torch.float64)
-    adv = torch.tensor([row[1] for row in TABLE])
-    logp = r.log().float()[None].requires_grad_()
-    return logp, torch.zeros_like(logp.detach()), adv[None]
-
-
-@pytest.mark.parametrize("dual", [None, DUAL])
-def test_clipped_surrogate_table(dual):
-    logp, old, adv = _table_tensors()
-    loss, info = clipped_surrogate(logp, old, adv, EPS_LOW, EPS_HIGH, dual_clip=dual)
-    col = 2 if dual is None else 3
-    expected = torch.tensor([[row[col] for row in TABLE]])
-    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=0)
-    assert loss.dtype == torch.float32
-    assert info["clipped_low"].tolist()[0] == [row[4] for row in TABLE]
-    assert info["clipped_high"].tolist()[0] == [row[5] for row in TABLE]
-    dual_expected = [row[6] for row in TABLE] if dual is not None else [False] * len(TABLE)
-    assert info["dual_clipped"].tolist()[0] == dual_expected
-    torch.testing.assert_close(info["ratio"], logp.detach().exp())
-
-    # Gradient: -A*r on the unclipped branch, 0 where any clip is active.
-    (grad,) = torch.autograd.grad(loss.sum(), logp)
-    r = torch.tensor([[row[0] for row in TABLE]])
-    active = info["clipped_low"] | info["clipped_high"] | info["dual_clipped"]
-    expected_grad = torch.where(active, torch.zeros_like(r), -adv * r)
-    torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=0)
-
-
-def test_sequence_advantages_broadcast():
-    logp = torch.log(torch.tensor([[1.1, 0.5], [1.5, 0.9]]))
-    adv_seq = torch.tensor([1.0, -2.0])
-    loss_seq, _ = clipped_surrogate(logp, torch.zeros_like(logp), adv_seq, EPS_LOW, EPS_HIGH)
-    loss_tok, _ = clipped_surrogate(
-        logp, torch.zeros_like(logp), adv_seq[:, None].expand(2, 2), EPS_LOW, EPS_HIGH
-    )
-    torch.testing.assert_close(loss_seq, loss_tok)
-    torch.testing.assert_close(loss_seq, torch.tensor([[-1.1, -0.5], [3.0, 1.8]]), atol=1e-5, rtol=0)
-
 
 def test_ratio_is_fp32_from_bf16():
     logp = torch.tensor([[-1.0, -2.5]], dtype=torch.bfloat16)
@@ -92,11 +38,6 @@ def test_ratio_is_fp32_from_bf16():
     loss, _ = clipped_surrogate(logp, old, torch.tensor([1.0]), EPS_LOW, EPS_HIGH)
     assert loss.dtype == torch.float32
 
-
-def test_invalid_dual_clip():
-    x = torch.zeros(1, 1)
-    with pytest.raises(ValueError):
-        clipped_surrogate(x, x, x, 0.2, 0.2, dual_clip=1.0)
 
 
 def test_aggregate_token_mean_basic():
@@ -161,35 +102,6 @@ def test_micro_batches_with_global_count_match_minibatch(num_micro):
         )
         assert not torch.allclose(local, reference.detach())
 
-
-def test_dual_clip_is_min_of_clipped_loss_and_cap():
-    """Dual clip (c = 3): for A < 0, l = min(PPO clipped loss, −c·A); for A >= 0 it changes nothing."""
-    gen = torch.Generator().manual_seed(3)
-    logp = (torch.randn(4, 50, generator=gen) * 1.5).requires_grad_()
-    old = torch.zeros(4, 50)
-    adv = torch.randn(4, 50, generator=gen)
-    plain, _ = clipped_surrogate(logp, old, adv, EPS_LOW, EPS_HIGH)
-    dual, info = clipped_surrogate(logp, old, adv, EPS_LOW, EPS_HIGH, dual_clip=DUAL)
-    expected = torch.where(adv < 0, torch.minimum(plain, -DUAL * adv), plain)
-    torch.testing.assert_close(dual, expected)
-    assert info["dual_clipped"].any() and not (info["dual_clipped"] & (adv >= 0)).any()
-    assert (dual[adv < 0] <= DUAL * adv.abs()[adv < 0] + 1e-6).all()
-    (grad,) = torch.autograd.grad(dual.sum(), logp)
-    assert (grad[info["dual_clipped"]] == 0).all()
-
-
-def test_clipped_surrogate_mask_blocks_garbage():
-    logp = torch.tensor([[-1.0, -0.5, float("nan")], [-2.0, float("inf"), -0.1]], requires_grad=True)
-    old = torch.tensor([[-1.1, float("nan"), 0.0], [-1.9, 0.0, float("-inf")]])
-    adv = torch.tensor([[1.0, 2.0, float("nan")], [-1.0, 1.0, 3.0]])
-    mask = torch.tensor([[True, False, False], [True, False, False]])
-    loss, info = clipped_surrogate(logp, old, adv, EPS_LOW, EPS_HIGH, dual_clip=DUAL, mask=mask)
-    assert torch.isfinite(loss).all() and (loss[~mask] == 0).all()
-    unmasked, _ = clipped_surrogate(logp[:, :1], old[:, :1], adv[:, :1], EPS_LOW, EPS_HIGH, dual_clip=DUAL)
-    torch.testing.assert_close(loss[:, :1], unmasked)
-    aggregate(loss, mask, "token-mean").backward()
-    assert torch.isfinite(logp.grad).all() and (logp.grad[~mask] == 0).all()
-    assert not (info["clipped_low"] | info["clipped_high"])[~mask].any()
 
 
 # ---- aggregation modes ------------------------------------------------------------------------------------
@@ -270,98 +182,6 @@ def test_aggregate_zero_count_keeps_grad_path(mode, count):
 
 # ---- GSPO ------------------------------------------------------------------------------------------------
 
-
-def _gspo_inputs():
-    mask = torch.tensor(
-        [
-            [False, True, True, True, False],
-            [False, True, True, False, False],
-            [True, True, True, True, True],
-            [False, False, False, False, False],
-        ]
-    )
-    old = torch.tensor(
-        [
-            [0.0, -1.0, -2.0, -0.5, float("nan")],
-            [float("nan"), -1.0, -1.0, 0.0, 0.0],
-            [-0.3, -0.2, -0.1, -0.4, -0.5],
-            [float("nan")] * 5,
-        ]
-    )
-    # mean log-ratio per row: +0.01, -0.02, +0.0001, (empty row)
-    shift = torch.tensor(
-        [
-            [0.0, 0.02, -0.01, 0.02, 0.0],
-            [0.0, -0.03, -0.01, 0.0, 0.0],
-            [0.0003, -0.0001, 0.0001, -0.0001, 0.0003],
-            [0.0] * 5,
-        ]
-    )
-    logp = torch.where(mask, old + shift, torch.full_like(old, float("nan"))).requires_grad_()
-    adv = torch.tensor([1.5, -2.0, 0.7, float("nan")])
-    return logp, old, adv, mask
-
-
-def test_gspo_values_and_info():
-    logp, old, adv, mask = _gspo_inputs()
-    eps_low, eps_high = 0.015, 0.005
-    loss, info = gspo_surrogate(logp, old, adv, mask, eps_low, eps_high)
-    assert loss.dtype == torch.float32 and torch.isfinite(loss).all() and (loss[~mask] == 0).all()
-    s = torch.tensor([math.exp(0.01), math.exp(-0.02), math.exp(0.0001), 1.0])
-    torch.testing.assert_close(info["seq_ratio"], s)
-    # row 0: A>0, s>1+eps_high -> clipped at 1+eps_high; row 1: A<0, s<1-eps_low -> clipped at 1-eps_low
-    expected_rows = torch.tensor([-(1 + eps_high) * 1.5, (1 - eps_low) * 2.0, -s[2].item() * 0.7, 0.0])
-    expected = torch.where(mask, expected_rows[:, None].expand(4, 5), torch.zeros(4, 5))
-    torch.testing.assert_close(loss, expected)
-    assert (
-        info["clipped_high"].tolist() == (mask & torch.tensor([True, False, False, False])[:, None]).tolist()
-    )
-    assert (
-        info["clipped_low"].tolist() == (mask & torch.tensor([False, True, False, False])[:, None]).tolist()
-    )
-    assert not info["dual_clipped"].any()
-
-
-def test_gspo_gradient_reaches_every_token():
-    logp, old, adv, mask = _gspo_inputs()
-    eps_low, eps_high = 0.015, 0.005
-    loss, info = gspo_surrogate(logp, old, adv, mask, eps_low, eps_high)
-    num_tokens, num_seqs = global_counts(mask)
-    aggregate(loss, mask, "seq-mean-token-mean", num_seqs=num_seqs).backward()
-    grad = logp.grad
-    assert torch.isfinite(grad).all() and (grad[~mask] == 0).all()
-    # rows 0 and 1 are clipped: no gradient at all
-    assert (grad[:2] == 0).all()
-    # row 2 is unclipped: every token gets −A·s/(len·num_seqs)
-    s2 = info["seq_ratio"][2]
-    torch.testing.assert_close(grad[2], torch.full((5,), (-0.7 * s2 / 5 / num_seqs).item()))
-
-    # with wide clip ranges nothing is clipped and each row's tokens share −A_i·s_i/len_i (one sequence)
-    for row in range(3):
-        lp = logp.detach()[row : row + 1].clone().requires_grad_()
-        loss, info = gspo_surrogate(lp, old[row : row + 1], adv[row : row + 1], mask[row : row + 1], 0.5, 0.5)
-        aggregate(loss, mask[row : row + 1], "seq-mean-token-mean").backward()
-        length = int(mask[row].sum())
-        expected = -adv[row] * info["seq_ratio"][0] / length
-        got = lp.grad[0][mask[row]]
-        assert (got != 0).all()
-        torch.testing.assert_close(got, expected.expand(length))
-
-
-def test_gspo_matches_autograd_of_sequence_objective():
-    """Token form + seq-mean-token-mean reproduces GSPO's sequence-level gradient of (1/S)·Σ_i s_i(θ)·A_i."""
-    gen = torch.Generator().manual_seed(5)
-    logp = (-torch.rand(3, 6, generator=gen)).requires_grad_()
-    old = logp.detach() + 0.01 * torch.randn(3, 6, generator=gen)
-    adv = torch.tensor([1.0, -0.5, 2.0])
-    mask = torch.ones(3, 6, dtype=torch.bool)
-    mask[1, 4:] = False
-    loss, _ = gspo_surrogate(logp, old, adv, mask, 1.0, 1.0)
-    (g_tok,) = torch.autograd.grad(aggregate(loss, mask, "seq-mean-token-mean"), logp)
-    lengths = mask.sum(-1)
-    s = torch.exp(torch.where(mask, logp - old, torch.zeros(())).sum(-1) / lengths)
-    (g_seq,) = torch.autograd.grad(-(s * adv).sum() / 3, logp)
-    torch.testing.assert_close(g_tok, g_seq)
 
 
 # ---- entropy bonus ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_entropy.objectives.policy_loss import clipped_surrogate
+from lit_entropy.objectives.losses.ppo import clipped_surrogate
 from lit_entropy.objectives.stare import adapt_weights, stare_weights, top_surprisal
 
 ADV = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0], [-1.0, -1.0, -1.0, 0.0, 0.0]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_entropy.objectives.policy_loss import clipped_surrogate
+from lit_entropy.objectives.losses.ppo import clipped_surrogate
 from lit_entropy.policy.precision import (
     cpu_half_support,
     engine_dtype_for,

@@ -13,8 +13,9 @@ from hydra.utils import instantiate
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.objectives import losses
 from lit_entropy.objectives.losses import trust_region as tr
+from lit_entropy.objectives.losses.ppo import clipped_surrogate
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
-from lit_entropy.objectives.policy_loss import aggregate, clipped_surrogate
+from lit_entropy.objectives.policy_loss import aggregate
 from lit_entropy.train import check_controllers_and_algo, instantiate_callbacks
 from tests.helpers import compose_train
 

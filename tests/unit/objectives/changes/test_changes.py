@@ -12,8 +12,9 @@ import torch
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.objectives import changes
 from lit_entropy.objectives.changes import SurrogateChange
+from lit_entropy.objectives.losses.ppo import clipped_surrogate
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
-from lit_entropy.objectives.policy_loss import aggregate, clipped_surrogate
+from lit_entropy.objectives.policy_loss import aggregate
 from tests.unit.objectives.test_objective import logp_entropy, make_minibatch
 
 

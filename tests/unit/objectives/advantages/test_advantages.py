@@ -371,7 +371,7 @@ def test_the_worked_example_of_the_docs_registers_and_runs():
     the dispatcher and the config accept."""
     from lit_entropy.algo import AlgoConfig
 
-    text = (Path(__file__).resolve().parents[3] / "docs" / "objectives.md").read_text()
+    text = (Path(__file__).resolve().parents[4] / "docs" / "objectives.md").read_text()
     code = text.split("# lit_entropy/objectives/advantages/median.py\n", 1)[1].split("```", 1)[0]
     try:
         exec(compile(code, "median.py", "exec"), {"__name__": "median_example"})
