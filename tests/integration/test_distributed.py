@@ -159,6 +159,7 @@ def test_ddp_smoke_run_writes_finite_scalars_once(tmp_path):
     assert max(v for _, v in scalars["diag/logp_mismatch_max"]) <= 1e-4
 
 
+@pytest.mark.slow  # 94 s; FSDP2's numerics stay in the default tier (the `dumps` fixture)
 def test_fsdp_run_resumes_bit_for_bit_on_two_ranks(tmp_path):
     """Three iterations on two FSDP2 ranks, then a resume from that run's own checkpoint after iteration 2
     (``keep_iterations``): iteration 3 again, the same step and value."""

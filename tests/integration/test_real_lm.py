@@ -152,6 +152,7 @@ def test_vllm_loads_the_folder_stops_at_im_end_and_matches_the_trainer_in_fp32(f
     assert tp.sampler_mismatch(model, prompts, gens) <= 2e-3  # fp32 engine vs fp32 trainer
 
 
+@pytest.mark.slow  # 110 s, most of it vLLM's compilation; the eager engine's sync is in the default tier
 def test_compiled_vllm_engine_samples_the_synced_weights(folder, model_and_tok):
     """``experiment=real_lm``'s engine runs compiled (``enforce_eager: false``, vLLM's inductor graph): after a
     weight sync it must sample the new weights, not constants frozen into the graph."""
