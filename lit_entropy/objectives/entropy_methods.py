@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_entropy.objectives.policy_loss import ratio
+from lit_entropy.objectives.policy_loss import per_token_advantages, ratio, zero_outside
 
 # ------------------------------------------------------------------------------------------------ settings
 
@@ -65,21 +65,6 @@ class SimkoArgs:
     def __post_init__(self) -> None:
         if not (self.k >= 1 and 0 <= self.alpha <= 1 and self.lam >= 1 and 0 < self.quantile < 1):
             raise ValueError(f"algo.simko: need k >= 1, 0 <= alpha <= 1, lam >= 1, 0 < quantile < 1; got {self}")
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-
-
-def _masked(x: Tensor, mask: Tensor | None) -> Tensor:
-    x = x.float()
-    return x if mask is None else torch.where(mask, x, torch.zeros((), dtype=torch.float32, device=x.device))
-
-
-def _per_token(advantages: Tensor, like: Tensor, mask: Tensor | None) -> Tensor:
-    adv = advantages.float()
-    if adv.dim() == like.dim() - 1:
-        adv = adv.unsqueeze(-1)
-    return _masked(adv.expand_as(like), mask)
 
 
 # ----------------------------------------------------------------------------------------------------- ERC
@@ -143,13 +128,13 @@ def simko_inputs(
     the advantage is scaled by ``λ > 1``: a stronger push down on the dominant candidate. Other tokens are
     unchanged (``logp`` itself, the same advantages).
     """
-    adv = _per_token(advantages, logp, None)
+    adv = per_token_advantages(advantages, logp, None)
     boost = high.bool() & (adv > 0)
-    r = ratio(_masked(logp, boost), _masked(old_logp, boost))  # 1 off the boosted tokens: no NaN gradients
+    r = ratio(zero_outside(logp, boost), zero_outside(old_logp, boost))  # 1 off the boosted tokens: no NaN gradients
     k = topk_logp.shape[-1]
-    shift = _masked(topk_logp - topk_logp.detach(), boost[..., None])
+    shift = zero_outside(topk_logp - topk_logp.detach(), boost[..., None])
     candidates = torch.exp(shift).sum(-1)  # value K, gradient Σ_k ∇log π_k
     mixed = (1.0 - alpha) * r + (alpha / k) * r.detach() * candidates
-    logp_eff = torch.where(boost, _masked(old_logp, boost) + torch.log(mixed), logp.float())
+    logp_eff = torch.where(boost, zero_outside(old_logp, boost) + torch.log(mixed), logp.float())
     adv_eff = torch.where(high & (adv < 0) & is_top1.bool(), lam * adv, adv)
     return logp_eff, adv_eff

@@ -166,6 +166,20 @@ def entropy_bonus(
     return -float(coef) * aggregate(entropy, mask, mode, num_tokens, num_seqs, norm_constant)
 
 
+def zero_outside(x: Tensor, mask: Tensor | None) -> Tensor:
+    """``x`` in fp32, 0 where ``mask`` is False (``torch.where``: garbage there never reaches a result)."""
+    x = x.float()
+    return x if mask is None else torch.where(mask, x, torch.zeros((), dtype=torch.float32, device=x.device))
+
+
+def per_token_advantages(advantages: Tensor, like: Tensor, mask: Tensor | None) -> Tensor:
+    """Advantages per token [B, L] like ``like`` (a per-sequence [B] is broadcast), fp32, 0 outside ``mask``."""
+    adv = advantages.float()
+    if adv.dim() == like.dim() - 1:
+        adv = adv.unsqueeze(-1)
+    return zero_outside(adv.expand_as(like), mask)
+
+
 def masked_loss_inputs(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """fp32 ``logp``, ``old_logp``, advantages [B, L] and the bool mask, zero outside the mask."""
     mask = mask.bool()

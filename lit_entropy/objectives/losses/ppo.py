@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from lit_entropy.objectives.losses import PolicyLoss, register
-from lit_entropy.objectives.policy_loss import ratio
+from lit_entropy.objectives.policy_loss import per_token_advantages, ratio, zero_outside
 
 
 def clip_active(r: Tensor, advantages: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
@@ -90,18 +90,6 @@ def clipped_surrogate(
     return loss, info
 
 
-def _masked(x: Tensor, mask: Tensor | None) -> Tensor:
-    x = x.float()
-    return x if mask is None else torch.where(mask, x, torch.zeros((), dtype=torch.float32, device=x.device))
-
-
-def _per_token(advantages: Tensor, like: Tensor, mask: Tensor | None) -> Tensor:
-    adv = advantages.float()
-    if adv.dim() == like.dim() - 1:
-        adv = adv.unsqueeze(-1)
-    return _masked(adv.expand_as(like), mask)
-
-
 def gppo_surrogate(
     logp: Tensor,
     old_logp: Tensor,
@@ -131,8 +119,8 @@ def gppo_surrogate(
         raise ValueError(f"GPPO betas must be >= 0, got beta_low={beta_low}, beta_high={beta_high}")
     loss, info = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high, dual_clip, mask=mask)
     mask = None if mask is None else mask.bool()
-    r = ratio(_masked(logp, mask), _masked(old_logp, mask))
-    adv = _per_token(advantages, r, mask)
+    r = ratio(zero_outside(logp, mask), zero_outside(old_logp, mask))
+    adv = per_token_advantages(advantages, r, mask)
     grad_only = r / r.detach() - 1.0  # value 0, gradient ∇log π
     zero = torch.zeros((), dtype=torch.float32, device=loss.device)
     low = torch.where(info["clipped_low"], -beta_low * (1.0 - eps_low) * adv * grad_only, zero)
