@@ -249,6 +249,70 @@ def test_no_callback_reaches_around_the_loop():
     assert not found, f"callbacks read the DataModule: {found}"
 
 
+REGISTRY_FOLDERS = ("objectives/advantages", "objectives/changes", "objectives/losses", "objectives/reward_transforms",
+                    "objectives/selection", "objectives/terms", "objectives/token_shaping")
+"""Folders of one file per method: a test in the mirrored folder covers every file, discovering them from their
+registry."""
+
+TESTED_BY = {
+    "analysis/entropy_law_fit.py": "unit/diagnostics/test_entropy_law.py",
+    "callbacks/checkpoint.py": "integration/test_async_checkpoint.py",
+    "callbacks/entropic.py": "unit/objectives/test_entropic.py",
+    "callbacks/evaluation.py": "integration/test_in_training_eval.py",
+    "cli/compare.py": "unit/cli/test_cli.py",
+    "cli/evaluate.py": "unit/cli/test_cli.py",
+    "cli/export.py": "unit/test_export.py",
+    "cli/train.py": "unit/cli/test_cli.py",
+    "diagnostics/topk.py": "unit/objectives/test_entropy_methods.py",
+    "dose.py": "unit/studies/test_dose.py",
+    "evaluation.py": "integration/test_evaluate.py",
+    "evaluation_run.py": "integration/test_evaluate.py",
+    "objectives/correction.py": "unit/objectives/test_rollout_correction.py",
+    "objectives/repo.py": "unit/callbacks/test_repo.py",
+    "objectives/reward_transforms/unlikeliness.py": "unit/objectives/advantages/test_advantages.py",
+    "objectives/terms/entropic.py": "unit/objectives/test_registry.py",
+    "objectives/terms/entropy_bonus.py": "unit/objectives/test_registry.py",
+    "objectives/terms/kl_penalty.py": "unit/objectives/test_registry.py",
+    "policy/from_run.py": "integration/test_evaluate.py",
+    "policy/hf_tiny.py": "models/test_model_support.py",
+    "policy/model_support.py": "models/test_model_support.py",
+    "rewards/config.py": "unit/tasks/test_prompts.py",
+    "rewards/shaping.py": "unit/tasks/test_prompts.py",
+    "rollout/base.py": "integration/test_engines.py",
+    "rollout/hf_engine.py": "integration/test_engines.py",
+    "rollout/vllm_engine.py": "integration/test_engines.py",
+    "tasks/arithmetic_text.py": "unit/tasks/test_arithmetic.py",
+    "tasks/countdown_expr.py": "unit/tasks/test_countdown.py",
+    "utils/config_path.py": "integration/test_install.py",
+}
+"""The modules without a test at their mirrored path, and the test file that tests them (a topic or a pair of
+modules: the engines share one file of engine-against-engine checks, the EntroPIC callback its formula's)."""
+
+
+def test_every_module_has_its_test_where_a_reader_looks():
+    """``lit_entropy/a/b.py`` is tested in ``tests/{unit,integration,models}/a/test_b*.py``, by a test beside its
+    registry folder, or where :data:`TESTED_BY` says; a new module gets a mirrored test or an entry here."""
+    tests = sorted(t.relative_to(ROOT / "tests").as_posix() for t in (ROOT / "tests").rglob("test_*.py"))
+    under = [t.split("/", 1)[1] for t in tests if t.split("/", 1)[0] in ("unit", "integration", "models")]
+    missing = []
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        rel = path.relative_to(ROOT / PACKAGE)
+        if rel.name == "__init__.py":
+            continue
+        folder = rel.parent.as_posix()
+        mirrored = ("" if folder == "." else folder + "/") + "test_" + rel.stem
+        if any(t.startswith(mirrored) for t in under):
+            continue
+        if folder in REGISTRY_FOLDERS and any(t.startswith(folder + "/") for t in under):
+            continue
+        if rel.as_posix() in TESTED_BY:
+            continue
+        missing.append(rel.as_posix())
+    assert not missing, f"modules with no test at their mirrored path nor in TESTED_BY: {missing}"
+    gone = [f"{m} -> {t}" for m, t in TESTED_BY.items() if t not in tests or not (ROOT / PACKAGE / m).is_file()]
+    assert not gone, f"TESTED_BY names files that are not there: {gone}"
+
+
 def test_the_package_imports_neither_the_studies_nor_the_benchmarks():
     """They are not in the wheel (pyproject's packages): an import of them from the package would fail installed."""
     graph = import_graph(lazy=True)
