@@ -147,8 +147,10 @@ def problems_value(problems: int | dict[str, int]) -> str:
     return str(problems)
 
 
-def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: Path, train_script: Path) -> list[str]:
-    """The ``scripts/train.py`` command line of one run (``algo`` may carry a variant: ``algo@variant``)."""
+def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: Path, train_script: Path,
+                  folder: Path | None = None) -> list[str]:
+    """The ``scripts/train.py`` command line of one run (``algo`` may carry a variant: ``algo@variant``), in
+    ``folder`` (default :func:`run_dir`; a pair's second run of a seed has its own, :mod:`studies.pair_schedule`)."""
     algo_name, _, variant = algo.partition("@")
     return [
         sys.executable, str(train_script),
@@ -159,7 +161,7 @@ def train_command(plan: StudyPlan, algo: str, controller: str, seed: int, out: P
         f"callbacks.eval.ks=[{','.join(map(str, plan.eval_ks))}]",
         *((f"callbacks.eval.final_n={plan.eval_final_n}", f"callbacks.eval.final_ks=[{','.join(map(str, plan.eval_final_ks))}]")
           if plan.eval_final_n else ()),
-        f"hydra.run.dir={run_dir(out, algo, controller, seed)}",
+        f"hydra.run.dir={folder or run_dir(out, algo, controller, seed)}",
         *plan.overrides,
         *plan.variants.get(variant, []),
     ]
@@ -173,9 +175,10 @@ def fit_finished(stdout: Path, start: int = 0) -> bool:
         return FIT_FINISHED.encode() in fh.read()
 
 
-def machine() -> str:
+def machine(gpu_root: Path = Path("/proc/driver/nvidia/gpus")) -> str:
     """This machine as pairing needs it: the CPU model, the units that change the kernels (AMX, AVX512-BF16,
-    AVX512F, else AVX2) and the core count."""
+    AVX512F, else AVX2) and the core count; and, where the NVIDIA driver lists GPUs (``gpu_root``), their models,
+    whose kernels a run on them uses instead."""
     model, flags = "unknown CPU", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -187,7 +190,14 @@ def machine() -> str:
     except OSError:
         pass
     units = [u for u in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if u in flags][:1] or ["none"]
-    return f"{model} | {units[0]} | {os.cpu_count()} cores"
+    gpus = []
+    for info in sorted(gpu_root.glob("*/information")) if gpu_root.is_dir() else []:
+        for line in info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model":
+                gpus.append(value.strip())
+    gpu = f" | {len(gpus)}x {gpus[0]}" if gpus and len(set(gpus)) == 1 else "".join(f" | {g}" for g in gpus)
+    return f"{model} | {units[0]} | {os.cpu_count()} cores{gpu}"
 
 
 def checkout_commit(path: Path) -> str | None:
@@ -211,15 +221,17 @@ def record_attempt(folder: Path, train_script: Path) -> list[dict[str, str | Non
     return attempts
 
 
-def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: int = 1) -> list[Path]:
+def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: int = 1,
+              runs: list[tuple[str, str, int, Path]] | None = None) -> list[Path]:
     """Run every run of ``plan`` not already done, ``lanes`` at a time (each pinned to its own cores when
-    ``lanes > 1``); return the run folders."""
+    ``lanes > 1``); return the run folders. ``runs``: instead, exactly these ``(algo, controller, seed, folder)``
+    in this order (:func:`studies.pair_schedule.schedule`)."""
     todo, folders = [], []
-    for algo, controller, seed in plan.runs():
-        folder = run_dir(out, algo, controller, seed)
+    for algo, controller, seed, folder in runs if runs is not None else (
+            (*run, run_dir(out, *run)) for run in plan.runs()):
         folders.append(folder)
         if not (folder / "done.json").exists():
-            todo.append((algo, controller, seed))
+            todo.append((algo, controller, seed, folder))
     if lanes == 1:
         for run in todo:
             _run_one(plan, out, train_script, *run, log=log)
@@ -227,7 +239,7 @@ def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: 
     free = lane_cores(lanes)
     lock = threading.Lock()
 
-    def pinned(run: tuple[str, str, int]) -> None:
+    def pinned(run: tuple[str, str, int, Path]) -> None:
         with lock:
             cores = free.pop()
         try:
@@ -241,11 +253,11 @@ def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: 
     return folders
 
 
-def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controller: str, seed: int,
+def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controller: str, seed: int, folder: Path,
              log=print, cores: list[int] | None = None) -> None:
-    folder = run_dir(out, algo, controller, seed)
-    cmd = train_command(plan, algo, controller, seed, out, train_script)
-    log(f"[study] {cell_name(algo, controller)} seed {seed}" + (f" (cores {cores})" if cores else ""))
+    cmd = train_command(plan, algo, controller, seed, out, train_script, folder)
+    where = "" if folder == run_dir(out, algo, controller, seed) else f" in {folder.name}"
+    log(f"[study] {cell_name(algo, controller)} seed {seed}{where}" + (f" (cores {cores})" if cores else ""))
     last = folder / "checkpoints" / "last.ckpt"
     if last.is_file():  # interrupted after an iteration boundary: continue it in its folder (TensorBoard purges
         log(f"[study]   resuming the unfinished run from {last}")  # what it logged after that boundary)

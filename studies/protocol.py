@@ -38,9 +38,9 @@ from studies.method_study import (
     COLUMNS,
     StudyPlan,
     finished,
-    run_dir,
     run_summary,
 )
+from studies.pair_schedule import folders_of
 from studies.seed_claims import SeedClaim
 from studies.verdicts import Claim, IntervalRule
 
@@ -339,15 +339,24 @@ def criterion_score(summary: dict[str, Any], metrics: list[str]) -> float | None
 
 
 def collect(plan: StudyPlan, out: Path, points: list[Point]) -> dict[str, dict[int, dict[str, Any]]]:
-    """Point name -> seed -> run summary (with the method's ``dose``), over the finished runs."""
+    """Point name -> seed -> run summary (with the method's ``dose``), over the finished runs. A seed run again on
+    another machine (``seed{k}@…``, :mod:`studies.pair_schedule`) is in its first finished run's ``alternates``, each
+    with its ``folder``: the cell's table reads the first, :func:`studies.verdicts.judge` whichever pairs."""
     got: dict[str, dict[int, dict[str, Any]]] = {}
     for p in points:
         for seed in plan.seeds:
-            folder = run_dir(out, *p.cell, seed)
-            summary = run_summary(folder) if folder.exists() and finished(folder) else None
-            if summary is not None:
-                summary["dose"] = method_dose(method_of(p.algo, p.controller), summary)
-                got.setdefault(p.name, {})[seed] = summary
+            summaries = []
+            for folder in folders_of(out, *p.cell, seed):
+                summary = run_summary(folder) if folder.exists() and finished(folder) else None
+                if summary is not None:
+                    summary["dose"] = method_dose(method_of(p.algo, p.controller), summary)
+                    if summaries:
+                        summary["folder"] = folder.name
+                    summaries.append(summary)
+            if summaries:
+                got.setdefault(p.name, {})[seed] = summaries[0]
+                if len(summaries) > 1:
+                    summaries[0]["alternates"] = summaries[1:]
     return got
 
 

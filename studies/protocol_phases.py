@@ -13,6 +13,7 @@ from typing import Any
 from studies.dose import dose_cell, dose_legend, dose_series, method_of, window_means
 from studies.lab_to_real import compare_verdicts
 from studies.method_study import COLUMNS, run_dir, run_study, summarise
+from studies.pair_schedule import here, schedule
 from studies.protocol import (
     Point,
     Protocol,
@@ -132,10 +133,12 @@ def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], 
     lines = ["**Run by run** (the cell table's columns for each finished run):", "",
              "| cell | seed | " + " | ".join(COLUMNS[k] for k in keys) + " |", "|" + "---|" * (2 + len(keys))]
     for p in points:
-        for seed, s in sorted(runs.get(p.name, {}).items()):
-            cells = [dose_cell(method_of(p.algo, p.controller), [s.get(k)]) if k == "dose"
-                     else "—" if s.get(k) is None else f"{s[k]:.3f}" for k in keys]
-            lines.append(f"| {p.name} | {seed} | " + " | ".join(cells) + " |")
+        for seed, first in sorted(runs.get(p.name, {}).items()):
+            for s in (first, *first.get("alternates", ())):  # a seed run again on another machine: its own row
+                cells = [dose_cell(method_of(p.algo, p.controller), [s.get(k)]) if k == "dose"
+                         else "—" if s.get(k) is None else f"{s[k]:.3f}" for k in keys]
+                name = f"{seed} ({s['folder']})" if "folder" in s else f"{seed}"
+                lines.append(f"| {p.name} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) if len(lines) > 4 else ""
 
 
@@ -278,6 +281,19 @@ def sensitivity(verdicts: list[Verdict], others: list[Verdict], kind: str) -> st
     return f"{head}, no label changes." if not changed else f"{head}, these labels change: " + "; ".join(changed) + "."
 
 
+def _run_paired(protocol: Protocol, plan, baseline: tuple[str, str], out: Path, train_script: Path, log,
+                lanes: int) -> None:
+    """The evaluation runs, each seed's pairs on one machine at one commit where the protocol pairs so
+    (:mod:`studies.pair_schedule`), else every planned run in its one folder."""
+    if protocol.interval.pairing != "seed_machine_commit":
+        run_study(plan, out, train_script, log=log, lanes=lanes)
+        return
+    pairing = here(train_script)
+    runs = schedule(plan, out, baseline, pairing)
+    log(f"[study] {len(runs)} runs on {pairing} (pairs by machine and commit)")
+    run_study(plan, out, train_script, log=log, lanes=lanes, runs=runs)
+
+
 class MissingPicks(ValueError):
     """``picks.json`` is missing and cannot be picked again: a tuning run it reads has not finished."""
 
@@ -318,13 +334,13 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     points = evaluation_points(picks, protocol)
     plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
     if run:
-        run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
+        _run_paired(protocol, plan, points[0].cell, out / "evaluate", train_script, log, lanes)
         if protocol.nearest:
             near = nearest_methods(protocol, picks, out / "evaluate")
             log(f"[study] nearest {protocol.baseline} by {protocol.nearest['metric']}: {near}; "
                 f"seeds {protocol.nearest['seeds']}")
             plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
-            run_study(plan, out / "evaluate", train_script, log=log, lanes=lanes)
+            _run_paired(protocol, plan, points[0].cell, out / "evaluate", train_script, log, lanes)
     report = evaluation_report(protocol, picks, out / "evaluate", extra)
     (out / "evaluate.md").write_text(report + "\n")
     from studies.study_plot import plot

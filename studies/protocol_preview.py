@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from studies.pair_schedule import here, schedule
 from studies.protocol import Point, Protocol, evaluation_points
 
 
@@ -41,6 +42,12 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             method = f"{p.method} (control)" if p in controls else p.method
             lines.append(f"  {method:<16} {p.setting:<48} {' '.join(shown)}")
         runs = len(plan.runs())
+        if phase == "evaluate" and protocol.interval.pairing == "seed_machine_commit":
+            pairing = here(train_script)
+            todo = schedule(plan, out / phase, points[0].cell, pairing)
+            again = sum("@" in folder.name for *_, folder in todo)
+            lines.append(f"  on {pairing}: {len(todo)} runs to do, {again} of them a seed run again here to pair "
+                         "(studies/pair_schedule.py)")
         if phase == "tune":
             once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]
             if once:

@@ -193,9 +193,10 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
         for claim in claimed:
             finished = sorted(s for s in set(mine) & set(base)
                               if mine[s].get(claim.metric) is not None and base[s].get(claim.metric) is not None)
-            seeds = [s for s in finished if pairs(mine[s], base[s], rule.pairing)]
+            matched = {s: m for s in finished if (m := matching(mine[s], base[s], rule.pairing, claim.metric))}
+            seeds = sorted(matched)
             unpaired = [s for s in finished if s not in seeds]
-            diffs = [mine[s][claim.metric] - base[s][claim.metric] for s in seeds]
+            diffs = [matched[s][0][claim.metric] - matched[s][1][claim.metric] for s in seeds]
             if len(diffs) < 2:
                 out.append(Verdict(method, claim, seeds, None, None, dose, "no verdict",
                                    f"{len(diffs)} paired seed(s); the interval needs 2" + _left_out(unpaired),
@@ -206,8 +207,8 @@ def judge(runs: dict[str, dict[int, dict[str, Any]]], baseline: str, claims: dic
             reason += _left_out(unpaired)
             v = Verdict(method, claim, seeds, statistics.mean(diffs), (lo, hi), dose, text, reason,
                         (settings or {}).get(method, ""), unpaired=unpaired,
-                        problem_interval=problem_interval([mine[s] for s in seeds], [base[s] for s in seeds],
-                                                          claim.metric))
+                        problem_interval=problem_interval([matched[s][0] for s in seeds],
+                                                          [matched[s][1] for s in seeds], claim.metric))
             if rule.is_test:
                 v.p = sign_flip_p(diffs, claim.direction)
                 dosed_of[(method, claim)] = dosed
@@ -222,6 +223,18 @@ def pairs(run: dict[str, Any], baseline_run: dict[str, Any], pairing: str) -> bo
     if pairing == "seed":
         return True
     return run.get("pairing") is not None and run.get("pairing") == baseline_run.get("pairing")
+
+
+def matching(run: dict[str, Any], baseline_run: dict[str, Any], pairing: str,
+             metric: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The two runs of one seed that pair under ``pairing`` and both have ``metric``: ``run`` and ``baseline_run``
+    where they do, else the first pair among them and their ``alternates`` (the seed run again on another machine,
+    :func:`studies.protocol.collect`); None when none pairs."""
+    for mine in (run, *run.get("alternates", ())):
+        for base in (baseline_run, *baseline_run.get("alternates", ())):
+            if mine.get(metric) is not None and base.get(metric) is not None and pairs(mine, base, pairing):
+                return mine, base
+    return None
 
 
 def _left_out(unpaired: list[int]) -> str:

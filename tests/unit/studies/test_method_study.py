@@ -16,6 +16,7 @@ from studies.method_study import (
     StudyPlan,
     lane_cores,
     lane_env,
+    machine,
     parse_cells,
     run_dir,
     run_study,
@@ -476,3 +477,12 @@ def test_the_last_panel_puts_final_pass_at_1_against_the_last_evaluations_larges
 
     with Image.open(tmp_path / "study.png") as im:  # five panels and the legend: two rows of three
         assert im.size[1] > 8 * 100 and im.size[0] < 2 * im.size[1]
+
+
+def test_the_machine_names_its_gpus_whose_kernels_differ_from_the_cpus(tmp_path: Path) -> None:
+    cpu_only = machine(tmp_path / "absent")
+    assert " cores" in cpu_only and "H100" not in cpu_only
+    for i in range(2):
+        (tmp_path / f"0000:0{i}:00.0").mkdir()
+        (tmp_path / f"0000:0{i}:00.0" / "information").write_text("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ: 1\n")
+    assert machine(tmp_path) == cpu_only + " | 2x NVIDIA H100 80GB HBM3"

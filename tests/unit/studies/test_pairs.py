@@ -85,3 +85,16 @@ def test_the_problem_interval_is_the_two_level_bootstrap_of_the_recorded_counts(
     runs["grpo"][2]["problem_counts"] = _counts(base_correct[2], sha="other")  # other problems: no interval
     [v] = judge(runs, "grpo", {"maxrl": [Claim("ho_pass@1")]}, STRICT)
     assert v.problem_interval is None and "seeds × problems" not in verdict_table([v])
+
+
+def test_a_seed_run_again_on_the_baselines_machine_pairs_through_its_alternates() -> None:
+    """A method's seed 1 ran on B; the baseline's seed 1 ran on A and again on B (``seed1@…``): the B pair counts,
+    its values (not the A run's) make the difference."""
+    runs = _runs({1: f"{B} @ c1"}, seeds=4)
+    runs["grpo"][1]["alternates"] = [{"ho_pass@1": 0.10, "pairing": f"{B} @ c1", "dose": None, "folder": "seed1@x"}]
+    [v] = judge(runs, "grpo", {"maxrl": [Claim("ho_pass@1")]}, STRICT)
+    assert v.seeds == [0, 1, 2, 3] and v.unpaired == []
+    assert v.mean == pytest.approx((0.05 * 3 + (0.36 - 0.10)) / 4)
+    runs["grpo"][1]["alternates"][0]["pairing"] = f"{B} @ c2"  # another commit: still no pair
+    [v] = judge(runs, "grpo", {"maxrl": [Claim("ho_pass@1")]}, STRICT)
+    assert v.seeds == [0, 2, 3] and v.unpaired == [1]
