@@ -33,13 +33,17 @@ COMMON = ["trainer.max_epochs=1", "logger=csv", *LAB, "batch.num_minibatches=3",
 CONFIGS = {
     "token_mean": ["algo.loss_agg=token-mean"],
     "seq_mean_token_mean": ["algo.loss_agg=seq-mean-token-mean"],
-    "seq_mean_token_sum": ["algo.loss_agg=seq-mean-token-sum"],
-    "seq_mean_token_sum_norm": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.loss_norm_constant=16"],
     "clip_cov": ["algo=clip_cov", "batch.num_minibatches=3", "batch.micro_batch_size=4",
                  "algo.selection_args.rho=0.05"],
     "dapo": ["algo=dapo", "batch.num_minibatches=3", "batch.micro_batch_size=4"],  # dynamic sampling
     "two_iterations": ["trainer.max_epochs=2"],  # the vLLM sync after an update
 }
+SEQ_SUM_CONFIGS = {
+    "seq_mean_token_sum": ["algo.loss_agg=seq-mean-token-sum"],
+    "seq_mean_token_sum_norm": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.loss_norm_constant=16"],
+}
+"""The other two sequence-level modes, in the slow tier: they divide by the same all-reduced sequence count as
+``seq_mean_token_mean`` (above), and ``aggregate``'s unit tests hold each to its formula with a given count."""
 STRATEGIES = ("ddp", "fsdp")
 HF_ENGINE = ["rollout=hf", "rollout.engine.prompts_per_chunk=4"]
 """The HF engine in place of vLLM: chunks of 4 prompts, so the ranks' blocks of 4 and 3 sample what one rank does."""
@@ -56,8 +60,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
 
-def _run_driver(out: Path, world: int, strategy: str, *extra: str, engine: str = "vllm") -> None:
-    configs = [f"{name}:{';'.join(overrides)}" for name, overrides in CONFIGS.items()]
+def _run_driver(out: Path, world: int, strategy: str, *extra: str, engine: str = "vllm",
+                config_set: dict[str, list[str]] = CONFIGS) -> None:
+    configs = [f"{name}:{';'.join(overrides)}" for name, overrides in config_set.items()]
     if world == 1:
         cmd = [sys.executable, str(DRIVER), str(out), *common(engine), *extra, *configs]
     else:
@@ -106,6 +111,20 @@ def test_two_ranks_give_one_ranks_parameters(dumps, strategy, config):
         diffs = {k: float((one["params"][k] - two["params"][k]).abs().max()) for k in one["params"]}
         worst = max(diffs, key=diffs.get)
         assert diffs[worst] <= 1e-6, (strategy, config, rank, worst, diffs[worst])
+
+
+@pytest.mark.slow  # the shared count reduction stays in the default tier (seq_mean_token_mean)
+def test_two_ranks_give_one_ranks_parameters_with_the_token_sum_modes(tmp_path):
+    runs = {"single": (1, "cpu"), **{s: (2, s) for s in STRATEGIES}}
+    for name, (world, strategy) in runs.items():
+        _run_driver(tmp_path / name, world, strategy, config_set=SEQ_SUM_CONFIGS)
+    for config in SEQ_SUM_CONFIGS:
+        one = load(tmp_path / "single", config, 0)
+        for strategy in STRATEGIES:
+            for rank in (0, 1):
+                two = load(tmp_path / strategy, config, rank)
+                diff = max(float((one["params"][k] - two["params"][k]).abs().max()) for k in one["params"])
+                assert diff <= 1e-6, (strategy, config, rank, diff)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

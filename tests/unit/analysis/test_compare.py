@@ -1,4 +1,5 @@
-"""scripts/fit_entropy_law.py, scripts/compare.py and scripts/study_table.py on tiny fake runs, and lit_entropy.analysis."""
+"""scripts/compare.py and scripts/study_table.py on tiny fake runs, and lit_entropy.analysis: the runs found and
+labelled, the comparison figure and its pieces. scripts/fit_entropy_law.py: test_entropy_law_fit.py."""
 
 from __future__ import annotations
 
@@ -79,31 +80,6 @@ def test_find_runs_without_hydra(tmp_path):
     assert find_runs([tmp_path / "lightning_logs" / "version_0"]) == [tmp_path / "lightning_logs" / "version_0"]
     with pytest.raises(FileNotFoundError):
         find_runs([tmp_path / "missing"])
-
-
-def test_fit_entropy_law_script(runs, tmp_path):
-    out = tmp_path / "law"
-    proc = script("fit_entropy_law.py", *runs, "--out", out)
-    assert is_png(out / "entropy_law.png")
-    summary = json.loads((out / "entropy_law.json").read_text())
-    for key in ("a", "b", "r2", "ceiling", "n"):
-        assert key in summary
-    assert summary["a"] == pytest.approx(A, abs=1e-5)
-    assert summary["b"] == pytest.approx(B, abs=1e-5)
-    assert summary["ceiling"] == pytest.approx(B - A, abs=1e-5)
-    assert summary["r2"] == pytest.approx(1.0, abs=1e-6)
-    assert summary["n"] == 24
-    assert [r["run"] for r in summary["runs"]] == [str(r) for r in runs]
-    for r in summary["runs"]:
-        assert r["gap"] == pytest.approx(summary["ceiling"] - r["final_accuracy"])
-        assert r["fit"]["a"] == pytest.approx(A, abs=1e-5)
-    assert "ceiling" in proc.stdout
-
-
-def test_fit_entropy_law_script_skip_and_multirun_folder(runs, tmp_path):
-    out = tmp_path / "law"
-    script("fit_entropy_law.py", runs[0].parent, "--skip", "4", "--out", out)
-    assert json.loads((out / "entropy_law.json").read_text())["n"] == 16
 
 
 def test_compare_script(runs, tmp_path):
@@ -242,3 +218,36 @@ def test_the_figure_reads_integer_ticks_markers_and_a_labelled_band(tmp_path, mo
 def test_the_compare_help_is_whole():
     proc = script("compare.py", "--help")
     assert "Runs are labelled by what differs" in proc.stdout and "nearest tags" in proc.stdout
+
+
+class RecordingAxes:
+    """Records what is drawn on it, as far as the entropy panel's extras go."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def fill_between(self, *args, **kwargs) -> None:
+        self.calls.append(("band", args))
+
+    def plot(self, *args, **kwargs) -> None:
+        self.calls.append(("target", args))
+
+
+def test_the_entropy_panel_shows_the_controllers_band_or_target():
+    from lit_entropy.analysis.compare import draw_controller_aim
+
+    epoch_of = {1: 0.0, 3: 1.0}
+    band = {"control/band_low": [(1, 0.45), (3, 0.44)], "control/band_high": [(1, 0.55), (3, 0.54)]}
+    ax = RecordingAxes()
+    draw_controller_aim(ax, band, epoch_of, "C0")
+    assert ax.calls == [("band", ([1.0, 2.0], [0.45, 0.44], [0.55, 0.54]))]  # against the iteration (epoch + 1)
+    ax = RecordingAxes()
+    draw_controller_aim(ax, {"control/target_entropy": [(1, 0.5), (3, 0.5)]}, epoch_of, "C0")
+    assert ax.calls == [("target", ([1.0, 2.0], [0.5, 0.5]))]
+    # A run with the `iteration` marker logged its band at the iteration already: its steps are used as they are.
+    ax = RecordingAxes()
+    draw_controller_aim(ax, {**band, "iteration": [(1, 1.0), (3, 3.0)]}, {1: 5.0, 3: 7.0}, "C0")
+    assert ax.calls == [("band", ([1, 3], [0.45, 0.44], [0.55, 0.54]))]
+    ax = RecordingAxes()
+    draw_controller_aim(ax, {}, epoch_of, "C0")
+    assert ax.calls == []

@@ -14,7 +14,8 @@ from hydra.utils import instantiate
 from lit_entropy.callbacks.stare import STARECallback
 from lit_entropy.objectives.stare import stare_weights
 from lit_entropy.train import check_controllers_and_algo
-from tests.unit.callbacks.test_repo import random_batch, trainer_at
+from tests.unit.callbacks.test_repo import trainer_at
+from tests.unit.objectives.test_repo import random_batch
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "callbacks" / "entropy" / "stare.yaml"
 

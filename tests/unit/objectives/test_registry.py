@@ -78,15 +78,6 @@ def test_the_module_starts_with_every_knob_as_an_attribute():
     assert module.knobs()["pic_alpha"] == 0.3
 
 
-def test_a_term_missing_its_tensor_names_itself():
-    mb, model = make_minibatch()
-    del mb["ref_logp"]
-    algo, knobs = AlgoConfig(), Knobs(0.2, 0.2, kl_coef=0.1)
-    logp, ent = logp_entropy(model, mb["input_ids"])
-    with pytest.raises(ValueError, match="kl_penalty.*reference"):
-        micro_batch_loss(algo, knobs, mb, select_tokens(algo, mb, knobs), logp, ent)
-
-
 # ---- the worked examples of docs/objectives.md, verbatim ("Adding a selection rule / a loss term") ---------------
 
 

@@ -1,7 +1,7 @@
 """lit_entropy/rollout/sampler.py: the sampler owns the overlap's producer (it samples ahead with the sampler's own
 engine), shares it with its views, never changes the weights under a generation in flight, and marks a producer
 foreground for an engine that cannot run beside the update. Sampling and scoring end to end:
-tests/integration/test_engines.py; the schedule: test_overlap.py beside this file."""
+tests/integration/rollout/; the schedule: test_overlap.py beside this file."""
 
 from __future__ import annotations
 

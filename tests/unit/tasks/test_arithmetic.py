@@ -3,7 +3,6 @@ answer from free text without evaluating it (hostile inputs included)."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -172,19 +171,6 @@ def test_eval_splits_do_not_depend_on_the_run_seed_and_training_does():
     assert a.eval_splits(16) == b.eval_splits(16) and set(a.eval_splits(4)) == {"held_out", "transfer"}
     assert a.sample(16, 0) != b.sample(16, 0)
     assert set(ArithmeticPrompts({"held_out_fraction": 0.0}).eval_splits(4)) == {"transfer"}  # no share held out
-
-
-def test_styles_and_wordings():
-    cfg = ArithmeticConfig(**{**DEFAULT_TASK, "num_operands": [3, 3]})
-    texts = [p.text for p in generate_problems(400, 0, cfg)]
-    assert any(t.startswith(("Start", "Take", "Begin", "Think")) for t in texts)  # steps
-    assert any("How many" in t for t in texts) and any(" + " in t or " - " in t for t in texts)
-    for p in generate_problems(200, 1, cfg):
-        assert [int(x) for x in re.findall(r"\d+", p.text)] == list(p.operands)  # the numbers, in order, no others
-    for bad in ({"style": "story", "ops": "+*"}, {"style": ["expression", "poem"]}, {"phrasing": "odd"},
-                {"held_out_fraction": 1.0}, {"num_operands": [3, 2]}, {"transfer_extra_operands": 0}):
-        with pytest.raises(ValueError):
-            ArithmeticConfig(**bad)
 
 
 @pytest.mark.parametrize("text,bare,first", [

@@ -1,36 +1,24 @@
-"""scripts/evaluate.py (lit_entropy.evaluation_run) and lit_entropy.evaluation: the sampler, isolated scoring,
-accuracy / mean@k / pass@k."""
+"""lit_entropy.evaluation on scripted engines: the sampler, isolated scoring, accuracy / mean@k / pass@k, stop
+strings, and the split evaluation's greedy, sampled, format and first-number metrics. The command line
+(scripts/evaluate.py, lit_entropy.evaluation_run): test_evaluation_run.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from lit_entropy.evaluation import evaluate
-from lit_entropy.evaluation_run import compose_evaluate, main
 from lit_entropy.metrics import pass_at_k
-from lit_entropy.policy.from_run import load_checkpoint_weights
-from lit_entropy.policy.models import PolicyBundle, TinyLabPolicy, WarmStart
+from lit_entropy.policy.models import PolicyBundle
 from lit_entropy.rewards.config import RewardConfig
 from lit_entropy.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_entropy.rollout.sampler import Sampler
 from lit_entropy.tasks.math_answers import math_reward
 from lit_entropy.tasks.prompts import Prompt
-from tests.helpers import ROOT, compose_train
 
 pytestmark = pytest.mark.integration
-
-SCRIPT = ROOT / "scripts" / "evaluate.py"
-CACHE = Path(os.environ.get("LIT_ENTROPY_CACHE", ROOT / ".cache" / "lit_entropy"))
-WARM_STEPS = 20  # the smoke-test warm start: quick to build, shared cache entry
-FAST = [f"model.warmstart.steps={WARM_STEPS}", f"paths.cache_dir={CACHE}", "reward.workers=1"]
 
 
 def check_result(res: dict, problems: int, n: int, ks: list[int]) -> None:
@@ -152,98 +140,6 @@ def test_evaluation_cuts_completions_at_the_stop_strings():
     assert results[()]["eval/accuracy"] == 0.0  # the last boxed answer is the wrong one
     assert results[("</answer>",)]["eval/accuracy"] == 1.0
     assert results[("</answer>",)]["per_problem"][1]["completions"] == ["\\boxed{10}</answer>"]
-
-
-# ------------------------------------------------------------------------------- the script
-
-
-def test_cli_on_the_lab_policy_writes_json(tmp_path):
-    out = tmp_path / "res.json"
-    cmd = [sys.executable, str(SCRIPT), "data=countdown", "rollout=hf", "eval.limit=8", "eval.n=4", "eval.k=[1,4]",
-           f"eval.out={out}", *FAST]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "eval/pass@4" in proc.stdout and "eval/mean@1" in proc.stdout  # the printed table
-    res = json.loads(out.read_text())
-    check_result(res, problems=8, n=4, ks=[1, 4])
-    assert res["config"]["engine"] == "HFEngine" and "warm-start steps" in res["config"]["policy"]
-    assert all("=" in p["prompt"] and p["prompt"].endswith(":") for p in res["per_problem"])
-
-
-@pytest.fixture(scope="module")
-def lab_policy():
-    return TinyLabPolicy(cache_dir=str(CACHE), warmstart=WarmStart(steps=WARM_STEPS)).build()
-
-
-def write_checkpoint(model: torch.nn.Module, run_dir: Path, with_config: bool) -> Path:
-    """A Lightning-style checkpoint of a PolicyModule: state dict keys `model.<hf key>` (lm_head tied)."""
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
-    ckpt.parent.mkdir(parents=True)
-    state = {f"model.{k}": v.clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    torch.save({"epoch": 3, "global_step": 6, "state_dict": state}, ckpt)
-    if with_config:
-        cfg = compose_train(["debug=smoke", "paths.output_dir=/tmp/lit-entropy-test-out"])
-        (run_dir / ".hydra").mkdir()
-        OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
-    return ckpt
-
-
-def test_checkpoint_weights_load_exactly(tmp_path, lab_policy):
-    ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=False)
-    fresh = TinyLabPolicy(cache_dir=str(tmp_path / "c"), warmstart=WarmStart(steps=0)).build().model
-    load_checkpoint_weights(fresh, ckpt)
-    for (name, a), b in zip(lab_policy.model.state_dict().items(), fresh.state_dict().values(), strict=True):
-        assert torch.equal(a, b), name
-    bad = tmp_path / "bad.ckpt"
-    torch.save({"state_dict": {"model.nope.weight": torch.zeros(1)}}, bad)
-    with pytest.raises(ValueError, match="does not match"):
-        load_checkpoint_weights(fresh, bad)
-
-
-def test_checkpoint_with_run_config_matches_the_same_weights(tmp_path, lab_policy):
-    """ckpt_path= rebuilds the model from the run's .hydra/config.yaml: same weights, same samples, same scores."""
-    ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=True)
-    common = ["data=countdown", "eval.limit=6", "eval.n=4", "eval.k=[1,2,4]", *FAST]
-    from_ckpt = main([f"ckpt_path={ckpt}", *common])
-    direct = main(common)
-    assert "from the run config" in from_ckpt["config"]["policy"]
-    check_result(from_ckpt, problems=6, n=4, ks=[1, 2, 4])
-    assert [p["completions"] for p in from_ckpt["per_problem"]] == [p["completions"] for p in direct["per_problem"]]
-    assert from_ckpt["eval/pass@4"] == direct["eval/pass@4"]
-
-
-def test_on_a_jsonl_source(tmp_path, lab_policy):
-    """A tmp JSONL of Countdown-style questions with numeric answers, scored by math-verify (plumbing)."""
-    ckpt = write_checkpoint(lab_policy.model, tmp_path / "run", with_config=False)
-    data = tmp_path / "q.jsonl"
-    data.write_text("".join(json.dumps({"q": f"{a},{b},2={a * b + 2}:", "gold": float(a * b + 2)}) + "\n"
-                            for a, b in [(3, 4), (5, 6), (7, 2), (9, 9), (1, 8)]))
-    out = tmp_path / "out" / "res.json"
-    res = main([f"ckpt_path={ckpt}", "data=jsonl", f"data.prompts.path={data}", "data.prompts.question_field=q",
-                "data.prompts.answer_field=gold", "data.prompts.template='{question}'", "eval.limit=4", "eval.n=3",
-                "eval.k=[1,3]", "rollout.max_new_tokens=12", f"eval.out={out}", *FAST])
-    saved = json.loads(out.read_text())
-    assert saved["eval/pass@3"] == res["eval/pass@3"]
-    check_result(saved, problems=4, n=3, ks=[1, 3])
-    assert [p["reference"] for p in saved["per_problem"]] == ["14", "32", "16", "83"]  # 14.0 -> "14"
-    assert saved["per_problem"][0]["prompt"] == "3,4,2=14:"
-
-
-def test_argument_errors():
-    with pytest.raises(SystemExit, match="Hydra overrides"):
-        main(["--data", "jsonl"])
-    with pytest.raises(ValueError, match="eval.k"):
-        main(["eval.n=2", "eval.k=[1,4]"])
-    with pytest.raises(ValueError, match="eval.limit"):
-        main(["eval.limit=0"])
-
-
-def test_an_old_eval_key_is_refused_by_name(tmp_path):
-    """The keys that moved to the rollout and reward groups before 0.1.0 are refused, naming themselves."""
-    with pytest.raises(Exception, match=r"eval\.max_new_tokens"):
-        compose_evaluate(["eval.max_new_tokens=7", "data=math500"])
-    assert compose_evaluate(["data=math500"]).rollout.max_new_tokens == 512  # the data preset's length
 
 
 # ------------------------------------------------------------------------------- evaluate_splits(), scripted

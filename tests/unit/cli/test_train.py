@@ -1,5 +1,5 @@
-"""The console entry points in-process: the config tree they find, Hydra overrides and flags, a user's
-config folder on ``hydra.searchpath``, outputs under the current folder, and the compare figure."""
+"""``lit-entropy-train`` (lit_entropy.cli.train) in-process: Hydra overrides and flags, a user's config folder on
+``hydra.searchpath``, outputs under the current folder, the line it prints once its fit returned."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import yaml
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from lit_entropy.cli import config_dir
 from lit_entropy.cli import train as train_cli
-from tests.helpers import CONF
 
 
 @pytest.fixture
@@ -30,10 +28,6 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 def printed_config(capsys, *argv: str) -> dict:
     train_cli.main(["--cfg", "job", *argv])
     return yaml.safe_load(capsys.readouterr().out)
-
-
-def test_config_dir_is_the_checkouts_conf_folder():
-    assert config_dir() == CONF.resolve()
 
 
 def test_train_takes_the_scripts_overrides_from_any_folder(in_tmp, capsys):
@@ -79,64 +73,3 @@ def test_the_train_cli_prints_the_end_line_once_its_fit_returned(in_tmp, monkeyp
     with pytest.raises(SystemExit):
         train_cli.main(["debug=smoke", f"hydra.run.dir={in_tmp / 'run2'}"])
     assert train_cli.FIT_FINISHED not in capsys.readouterr().out
-
-
-def test_eval_rejects_flags_with_a_hint():
-    from lit_entropy.cli.evaluate import main as eval_main
-
-    with pytest.raises(SystemExit, match="Hydra overrides"):
-        eval_main(["--n", "16"])
-
-
-class RecordingAxes:
-    """Records what is drawn on it, as far as the entropy panel's extras go."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple]] = []
-
-    def fill_between(self, *args, **kwargs) -> None:
-        self.calls.append(("band", args))
-
-    def plot(self, *args, **kwargs) -> None:
-        self.calls.append(("target", args))
-
-
-def test_the_entropy_panel_shows_the_controllers_band_or_target():
-    from lit_entropy.analysis.compare import draw_controller_aim
-
-    epoch_of = {1: 0.0, 3: 1.0}
-    band = {"control/band_low": [(1, 0.45), (3, 0.44)], "control/band_high": [(1, 0.55), (3, 0.54)]}
-    ax = RecordingAxes()
-    draw_controller_aim(ax, band, epoch_of, "C0")
-    assert ax.calls == [("band", ([1.0, 2.0], [0.45, 0.44], [0.55, 0.54]))]  # against the iteration (epoch + 1)
-    ax = RecordingAxes()
-    draw_controller_aim(ax, {"control/target_entropy": [(1, 0.5), (3, 0.5)]}, epoch_of, "C0")
-    assert ax.calls == [("target", ([1.0, 2.0], [0.5, 0.5]))]
-    # A run with the `iteration` marker logged its band at the iteration already: its steps are used as they are.
-    ax = RecordingAxes()
-    draw_controller_aim(ax, {**band, "iteration": [(1, 1.0), (3, 3.0)]}, {1: 5.0, 3: 7.0}, "C0")
-    assert ax.calls == [("band", ([1, 3], [0.45, 0.44], [0.55, 0.54]))]
-    ax = RecordingAxes()
-    draw_controller_aim(ax, {}, epoch_of, "C0")
-    assert ax.calls == []
-
-
-def test_compare_writes_one_named_figure_of_a_run(tmp_path, capsys):
-    from torch.utils.tensorboard import SummaryWriter
-
-    from lit_entropy.cli.compare import main as compare_main
-
-    run = tmp_path / "runs" / "r"
-    writer = SummaryWriter(log_dir=str(run / "tensorboard"))
-    for it in range(4):
-        writer.add_scalar("epoch", it, it)
-        for tag, value in (("rollout/entropy", 0.5 - 0.02 * it), ("rollout/accuracy", 0.2 + 0.05 * it),
-                           ("control/band_low", 0.45 - 0.01 * it), ("control/band_high", 0.55 - 0.01 * it)):
-            writer.add_scalar(tag, value, it)
-    writer.close()
-    out = tmp_path / "img"
-    assert compare_main([str(run), "--metrics", "rollout/entropy,rollout/accuracy", "--out", str(out),
-                         "--name", "default_run", "--title", "The default run"]) == 0
-    assert (out / "default_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| r |" in (out / "default_run.md").read_text()
-    assert "wrote" in capsys.readouterr().out
