@@ -44,7 +44,16 @@ SEQ_SUM_CONFIGS = {
 }
 """The other two sequence-level modes, in the slow tier: they divide by the same all-reduced sequence count as
 ``seq_mean_token_mean`` (above), and ``aggregate``'s unit tests hold each to its formula with a given count."""
+FSDP_CONFIGS = ("token_mean", "seq_mean_token_mean", "two_iterations")
+"""The configs the default tier runs under FSDP2 as well as DDP: the aggregations' all-reduced counts and the
+update of sharded weights that vLLM then follows. Clip-Cov's selection and DAPO's refills reduce across ranks
+through the same helpers under both strategies; under FSDP2 they run in the slow tier."""
 STRATEGIES = ("ddp", "fsdp")
+
+
+def configs_of(strategy: str) -> dict[str, list[str]]:
+    """The default tier's configs of one two-rank strategy (every one of :data:`CONFIGS` for one rank and DDP)."""
+    return {k: v for k, v in CONFIGS.items() if strategy != "fsdp" or k in FSDP_CONFIGS}
 HF_ENGINE = ["rollout=hf", "rollout.engine.prompts_per_chunk=4"]
 """The HF engine in place of vLLM: chunks of 4 prompts, so the ranks' blocks of 4 and 3 sample what one rank does."""
 
@@ -78,7 +87,7 @@ def dumps(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ranks")
     runs = {"single": (1, "cpu"), **{s: (2, s) for s in STRATEGIES}}
     for name, (world, strategy) in runs.items():
-        _run_driver(root / name, world, strategy)
+        _run_driver(root / name, world, strategy, config_set=configs_of(strategy))
     return {name: root / name for name in runs}
 
 
@@ -101,8 +110,8 @@ def nearly_equal(a, b, tol: float = 1e-6) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("config", sorted(set(CONFIGS) - {"two_iterations"}))
+@pytest.mark.parametrize(("strategy", "config"), [(s, c) for s in STRATEGIES for c in sorted(configs_of(s))
+                                                    if c != "two_iterations"])
 def test_two_ranks_give_one_ranks_parameters(dumps, strategy, config):
     one = load(dumps["single"], config, 0)
     for rank in (0, 1):
@@ -113,23 +122,26 @@ def test_two_ranks_give_one_ranks_parameters(dumps, strategy, config):
         assert diffs[worst] <= 1e-6, (strategy, config, rank, worst, diffs[worst])
 
 
-@pytest.mark.slow  # the shared count reduction stays in the default tier (seq_mean_token_mean)
-def test_two_ranks_give_one_ranks_parameters_with_the_token_sum_modes(tmp_path):
-    runs = {"single": (1, "cpu"), **{s: (2, s) for s in STRATEGIES}}
-    for name, (world, strategy) in runs.items():
-        _run_driver(tmp_path / name, world, strategy, config_set=SEQ_SUM_CONFIGS)
-    for config in SEQ_SUM_CONFIGS:
-        one = load(tmp_path / "single", config, 0)
-        for strategy in STRATEGIES:
+@pytest.mark.slow  # what the default tier leaves out: the token-sum modes, and Clip-Cov and DAPO under FSDP2
+def test_two_ranks_give_one_ranks_parameters_in_the_slow_tiers_configs(tmp_path):
+    fsdp_only = {k: v for k, v in CONFIGS.items() if k not in FSDP_CONFIGS}
+    sets = {"single": (1, "cpu", {**SEQ_SUM_CONFIGS, **fsdp_only}), "ddp": (2, "ddp", SEQ_SUM_CONFIGS),
+            "fsdp": (2, "fsdp", {**SEQ_SUM_CONFIGS, **fsdp_only})}
+    for name, (world, strategy, config_set) in sets.items():
+        _run_driver(tmp_path / name, world, strategy, config_set=config_set)
+    for name in STRATEGIES:
+        for config in sets[name][2]:
+            one = load(tmp_path / "single", config, 0)
             for rank in (0, 1):
-                two = load(tmp_path / strategy, config, rank)
+                two = load(tmp_path / name, config, rank)
+                assert two["completions"] == one["completions"] and two["entropy"] == one["entropy"], (name, config)
                 diff = max(float((one["params"][k] - two["params"][k]).abs().max()) for k in one["params"])
-                assert diff <= 1e-6, (strategy, config, rank, diff)
+                assert diff <= 1e-6, (name, config, rank, diff)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_rollouts_entropy_and_controllers_are_identical_across_ranks(dumps, strategy):
-    for config in CONFIGS:
+    for config in configs_of(strategy):
         one = load(dumps["single"], config, 0)
         for rank in (0, 1):
             two = load(dumps[strategy], config, rank)

@@ -80,3 +80,20 @@ def test_check_context_refuses_a_prompt_past_the_context_and_counts_cut_budgets(
     assert check_context(prompts[:2], ids[:2], context=None, max_new_tokens=4, iteration=0) == 0
     with pytest.raises(ValueError, match=r"prompt 2 of iteration 7 \('far too long'.*16 tokens.*context is 16"):
         check_context(prompts, ids, context=16, max_new_tokens=4, iteration=7)
+
+
+def test_chat_template_needs_a_tokenizer_that_has_one():
+    from types import SimpleNamespace
+
+    from lit_entropy.data.rollout_datamodule import RolloutDataModule
+    from lit_entropy.policy.tokenizer import CharTokenizer
+    from lit_entropy.rewards.config import RewardConfig
+    from lit_entropy.rollout.base import SamplingConfig
+    from lit_entropy.rollout.sampler import Sampler
+    from lit_entropy.tasks.prompts import CountdownPrompts
+
+    dm = RolloutDataModule(CountdownPrompts(), chat_template=True)
+    with pytest.raises(ValueError, match="chat_template"):
+        dm.start(SimpleNamespace(tokenizer=CharTokenizer.for_countdown()))
+    with pytest.raises(ValueError, match="overlong_buffer"):
+        Sampler(None, SamplingConfig(max_new_tokens=8), RewardConfig(overlong_buffer=9))

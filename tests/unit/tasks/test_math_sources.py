@@ -13,6 +13,7 @@ from lit_entropy.tasks.math_answers import math_reward
 from lit_entropy.tasks.math_sources import (
     DEFAULT_TEMPLATE,
     MATH_DATASETS,
+    R1_ZERO_TEMPLATE,
     JSONLPrompts,
     MathDataset,
     default_data_dir,
@@ -253,3 +254,10 @@ def test_data_jsonl_with_the_integer_rule_composes_and_instantiates(tmp_path):
     assert src.reward_fn is arithmetic_reward and src.reward_kwargs == {}  # the preset's verifier_timeout_s dropped
     assert src.sample(1, iteration=0)[0].reference == 5
     assert compose_train(["data=jsonl", f"data.prompts.path={path}"]).data.prompts.answer_rule == "math_verify"
+
+
+def test_r1_zero_template_is_a_named_base_model_template(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')
+    prompt = JSONLPrompts(data, template="r1_zero", shuffle=False).all_prompts()[0]
+    assert prompt.text == R1_ZERO_TEMPLATE.replace("{question}", "1+1?") and prompt.text.endswith("<think>")
