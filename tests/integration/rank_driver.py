@@ -1,7 +1,8 @@
 """One RL iteration per named config on however many ranks this process group has; dumps what it saw.
 
 Run on one process (``python tests/integration/rank_driver.py OUT trainer=cpu NAME=override,...``) or
-under ``torchrun --nproc_per_node=2`` with ``trainer=ddp`` / ``trainer=fsdp``. For every config it
+under ``torchrun --nproc_per_node=2`` with ``trainer=ddp`` / ``trainer=fsdp``, given once or per config (one
+process group serves fits of both strategies, one after the other). For every config it
 composes the real Hydra config, fits one iteration with the real Trainer, and writes
 ``OUT/<name>.rank<r>.pt``: the full parameters after the update, the batch's completions, rewards,
 ``rollout/entropy``, old log-probs and the controllers' state. One engine per process and model serves
@@ -60,8 +61,9 @@ def main(out: Path, common: list[str], configs: dict[str, list[str]]) -> None:
             "controllers": state,
             "world_size": dist.world_size(),
         }
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save(record, out / f"{name}.rank{dist.rank()}.pt")
+        dump = out / f"{name}.rank{dist.rank()}.pt"  # a name may hold a folder: ``ddp/token_mean``
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(record, dump)
     for engine in engines.values():
         engine.close()
 

