@@ -39,13 +39,17 @@ def fake_run(path: Path, overrides: list[str], h0: float, iters: int = 12, steps
     return path
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> list[Path]:
-    root = tmp_path_factory.mktemp("multirun")
+def two_fake_runs(root: Path) -> list[Path]:
+    """Two fake runs under ``root`` (a multirun folder): no controller, and ADAPO with three steps an iteration."""
     return [
         fake_run(root / "0", ["task_name=t", "callbacks/entropy=none"], h0=0.9),
         fake_run(root / "1", ["task_name=t", "callbacks/entropy=adapo"], h0=0.8, steps_per_iter=3),
     ]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    return two_fake_runs(tmp_path_factory.mktemp("multirun"))
 
 
 def script(name: str, *args: str | Path) -> subprocess.CompletedProcess:

@@ -9,17 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.analysis.test_compare import A, B, fake_run, is_png, script
+from tests.unit.analysis.test_compare import A, B, is_png, script, two_fake_runs
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> list[Path]:
     """The two fake runs of test_compare.py, built again for this module."""
-    root = tmp_path_factory.mktemp("multirun")
-    return [
-        fake_run(root / "0", ["task_name=t", "callbacks/entropy=none"], h0=0.9),
-        fake_run(root / "1", ["task_name=t", "callbacks/entropy=adapo"], h0=0.8, steps_per_iter=3),
-    ]
+    return two_fake_runs(tmp_path_factory.mktemp("multirun"))
 
 
 def test_fit_entropy_law_script(runs, tmp_path):
