@@ -101,13 +101,44 @@ def test_unknown_key_inside_a_config_file_names_itself(tmp_path: Path):
         instantiate(cfg.algo)
 
 
+@pytest.fixture(scope="module")
+def controller_nodes() -> dict[str, object]:
+    """Each controller's ``callbacks`` node, composed by Hydra once (with the default algo); ``None``: the default
+    config's."""
+    return {None: compose_train(OUT).callbacks,
+            **{c: compose_train([f"callbacks/entropy={c}", *OUT]).callbacks for c in options("callbacks/entropy")}}
+
+
+def test_a_controller_file_composes_into_its_own_node_only():
+    """What lets the pairs below be formed without composing each: no controller file is global or names
+    another group in its defaults (its defaults list may name files of its own group)."""
+    for f in sorted((CONF / "callbacks" / "entropy").glob("*.yaml")):
+        text = f.read_text()
+        assert "@package" not in text, f
+        defaults = OmegaConf.create(text).get("defaults") or []
+        assert all(isinstance(d, str) and "/" not in d and ":" not in d for d in defaults), (f, defaults)
+
+
 @pytest.mark.parametrize("preset", options("algo"))
-def test_every_algo_preset_instantiates_with_every_controller(preset):
-    for controller in options("callbacks/entropy"):
-        cfg = compose_train([f"algo={preset}", f"callbacks/entropy={controller}", *OUT])
-        algo = instantiate(cfg.algo)
-        assert algo.name == preset
-        instantiate_callbacks(cfg.callbacks)
+def test_every_algo_preset_instantiates_with_every_controller(preset, controller_nodes):
+    """Every algo × controller pair instantiates. The preset is composed by Hydra once; each controller's node
+    (composed once) takes the place of the default's, interpolations resolving against the pair, which is what
+    composing the pair gives when neither file reaches into the other's node (the test above; a preset that sets
+    ``callbacks`` itself is composed with each controller)."""
+    cfg = compose_train([f"algo={preset}", *OUT])
+    algo = instantiate(cfg.algo)
+    assert algo.name == preset
+    default = controller_nodes[None]
+    for controller, node in controller_nodes.items():
+        if controller is None:
+            continue
+        if cfg.callbacks != default:  # the preset reaches into callbacks: compose the pair
+            pair = compose_train([f"algo={preset}", f"callbacks/entropy={controller}", *OUT])
+        else:
+            pair = cfg.copy()
+            pair.callbacks = node.copy()
+        assert instantiate(pair.algo).name == preset
+        instantiate_callbacks(pair.callbacks)
 
 
 def test_runs_started_in_the_same_second_get_their_own_folders():
