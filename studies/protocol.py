@@ -350,7 +350,7 @@ def collect(plan: StudyPlan, out: Path, points: list[Point]) -> dict[str, dict[i
                 summary = run_summary(folder) if folder.exists() and finished(folder) else None
                 if summary is not None:
                     summary["dose"] = method_dose(method_of(p.algo, p.controller), summary)
-                    if summaries:
+                    if folder.name != f"seed{seed}":  # a seed run again on another machine
                         summary["folder"] = folder.name
                     summaries.append(summary)
             if summaries:

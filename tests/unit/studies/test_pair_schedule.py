@@ -110,5 +110,9 @@ def test_the_schedule_runs_through_the_study_and_the_report_sees_both_runs_of_a_
     assert first["h_final"] > 0.8 and first["pairing"] == B  # the first folder's run
     [alt] = first["alternates"]
     assert alt["folder"] == second.name and abs(alt["h_final"] - 0.4) < 1e-6
-    assert "alternates" not in runs["d"][0]
+    assert "alternates" not in runs["d"][0] and "folder" not in runs["d"][0]
+    (run_dir(tmp_path, *base, 0) / "done.json").unlink()  # the first run unfinished: the second is the seed's
+    (run_dir(tmp_path, *base, 0) / "study_stdout.log").write_text("killed\n")
+    only = collect(plan, tmp_path, [Point("grpo", "g", "grpo", "none", ())])["g"][0]
+    assert only["folder"] == second.name and "alternates" not in only
 
