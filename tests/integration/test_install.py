@@ -5,7 +5,9 @@ packages; nothing is listed by hand), so this compares the wheel's files with th
 of the package from the installed copy (a module that is missing or fails to import is named), and runs the
 installed console entry points from an empty folder: a ``debug=smoke`` training run, the comparison figure, an
 evaluation and an export of the run's checkpoint. The sdist is held to the same list, and a wheel built from the
-unpacked sdist too.
+unpacked sdist too. The wheel carries nothing else either: it is built from a copy of the checkout in whose
+``build/lib`` an earlier build left a module since moved away (setuptools reuses that folder; ``setup.py`` empties
+it first).
 
 The wheel is built without network access (``pip wheel --no-deps --no-build-isolation``) and installed with
 ``--no-deps`` into a fresh venv whose ``.pth`` file points at this interpreter's site-packages (a plain path line:
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -85,16 +88,42 @@ def build_wheel(source: Path, out: Path, env: dict[str, str]) -> Path:
     return wheel
 
 
+STALE = "lit_entropy/moved_away.py"
+"""A module an earlier build of the same checkout left in ``build/lib`` (since moved or deleted): no wheel ships it."""
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The checkout's files as a clone has them (git's list of tracked and unignored files; without git, every file
+    but the usual build, cache and environment folders), copied to ``dest``."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                                capture_output=True, text=True)
+    except FileNotFoundError:  # no git on this machine
+        listed = None
+    if listed is None or listed.returncode != 0:
+        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".cache", "build", "*.egg-info", "logs", "__pycache__", ".*_cache"))
+        return dest
+    for name in filter(None, listed.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
-    """The wheel and the sdist built from the checkout."""
+    """The wheel and the sdist built from a copy of the checkout in which an earlier build left a stale module."""
     root = tmp_path_factory.mktemp("dist")
     env = clean_env()
-    wheel = build_wheel(ROOT, root / "wheel", env)
+    source = copy_checkout(root / "source")
+    (source / "build" / "lib" / STALE).parent.mkdir(parents=True)
+    (source / "build" / "lib" / STALE).write_text("raise ImportError('a module of an earlier build')\n")
+    wheel = build_wheel(source, root / "wheel", env)
     # The sdist through setuptools' PEP 517 hook, in a subprocess so its chdir stays there.
     sdist_dir = root / "sdist"
     name = run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
-                "print(b.build_sdist(sys.argv[1]))", str(sdist_dir)], cwd=ROOT, env=env).stdout.split()[-1]
+                "print(b.build_sdist(sys.argv[1]))", str(sdist_dir)], cwd=source, env=env).stdout.split()[-1]
     return {"root": root, "wheel": wheel, "sdist": sdist_dir / name}
 
 
@@ -113,10 +142,11 @@ def installed(built) -> tuple[Path, dict[str, str]]:
     return bin_dir, env
 
 
-def test_the_wheel_carries_every_module_and_config(built):
+def test_the_wheel_carries_every_module_and_config_and_nothing_else(built):
     expected = checkout_files()
     found = wheel_files(built["wheel"])
     assert expected <= found, missing_message(expected, found, built["wheel"].name)
+    assert found == expected, f"{built['wheel'].name} carries files the checkout lacks: {sorted(found - expected)}"
 
 
 def test_the_sdist_carries_every_module_and_config_and_builds_the_same_wheel(built, tmp_path):
