@@ -47,7 +47,7 @@ train: $(STAMP)
 	$(PY) scripts/train.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not gpu" --durations=25 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not gpu" --durations=25 $(PYTEST_ARGS) tests
 
 smoke: $(STAMP)
 	$(PY) scripts/train.py debug=smoke $(ARGS)

@@ -309,3 +309,12 @@ def test_the_studies_read_the_package_through_its_public_surface():
     used = {t for m, targets in graph.items() if m.startswith("studies") for t in targets if t.startswith(PACKAGE)}
     allowed = {m for m in used if any(m == a or a.startswith(m + ".") for a in STUDIES_MAY_IMPORT)}
     assert used - allowed == set(), f"studies/ imports training internals: {sorted(used - allowed)}"
+
+
+def test_the_files_dealt_first_exist():
+    """``make test`` deals ``tests/conftest.py``'s ``DEALT_FIRST`` files first: a renamed file would silently fall
+    back into the general order."""
+    from tests.conftest import DEALT_FIRST
+
+    missing = [name for name in DEALT_FIRST if not (ROOT / name).is_file()]
+    assert not missing, f"tests/conftest.py's DEALT_FIRST names files that are not there: {missing}"
