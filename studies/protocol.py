@@ -16,8 +16,11 @@ pass@64), the baseline, the claims to judge, the interval rule and, per method, 
   seed; it is never a pick, and the report says which labels would change were it the baseline.
 
 Per phase, ``tune`` may give its own run length and a cheaper evaluation to pick by; ``calibrate`` names keys of the
-baseline's grid (a learning rate) whose pick every other method then runs with; a method may have its own
-``evaluation_seeds`` (more for the baseline and the methods nearest it).
+baseline's grid (a learning rate) whose pick every other method then runs with in ``evaluate``; with
+``tune.calibrate_first`` the other methods are tuned at it too: the baseline's grid runs first, and each other grid
+runs once the baseline has its pick, at the picked values (its points named with them, ``clip_cov-rho0.01_lr0.0002``),
+and only those runs choose its pick. A method may have its own ``evaluation_seeds`` (more for the baseline and the
+methods nearest it).
 
 Runs go through :func:`studies.method_study.run_study` (resumable, seed by seed, ``lanes`` at a
 time); a point is a *variant* of its algo, so a run folder is ``<out>/<phase>/runs/<algo>@<point>+<controller>/seed<s>``.
@@ -109,12 +112,16 @@ class MethodSpec:
     evaluation_seeds: list[int] | None = None
     """This method's evaluation seeds where they differ from the protocol's (more for the baseline, say)."""
 
-    def points(self) -> list[Point]:
-        """Every combination of the grid's values, the first key varying slowest."""
+    def points(self, calibrated: tuple[tuple[str, Any], ...] = ()) -> list[Point]:
+        """Every combination of the grid's values, the first key varying slowest; with ``calibrated`` (the
+        baseline's picked values of some keys) each also runs at those of them this method does not set itself,
+        and its name carries them."""
         keys = list(self.grid)
+        own = {*keys, *(o.partition("=")[0] for o in self.fixed)}
+        given = tuple((k, v) for k, v in calibrated if k not in own)
         out = []
         for combo in itertools.product(*(self.grid[k] for k in keys)):
-            values = tuple(zip(keys, combo, strict=True))
+            values = (*zip(keys, combo, strict=True), *given)
             label = "_".join(f"{k.rsplit('.', 1)[-1]}{_short(v)}" for k, v in values) or "preset"
             out.append(Point(self.name, f"{self.name}-{label}", self.algo, self.controller,
                              (*self.fixed, *(f"{k}={hydra_value(v)}" for k, v in values)), values))
@@ -186,9 +193,12 @@ class Protocol:
             if seeds & set(self.tuning_seeds) or len(seeds) < self.min_evaluation_seeds:
                 raise ValueError(f"protocol {self.name}: methods.{m.name}.evaluation_seeds {sorted(seeds)} must be at least "
                                  f"{self.min_evaluation_seeds} seeds, none of them a tuning seed")
-        if set(self.tune) - {"iterations", "eval"}:
-            raise ValueError(f"protocol {self.name}: tune keys {sorted(set(self.tune) - {'iterations', 'eval'})}; "
-                             "the keys are ['eval', 'iterations']")
+        if set(self.tune) - {"iterations", "eval", "calibrate_first"}:
+            raise ValueError(f"protocol {self.name}: tune keys {sorted(set(self.tune) - {'iterations', 'eval', 'calibrate_first'})}; "
+                             "the keys are ['calibrate_first', 'eval', 'iterations']")
+        if self.tune.get("calibrate_first") and not self.calibrate:
+            raise ValueError(f"protocol {self.name}: tune.calibrate_first needs calibrate (the keys of "
+                             f"{self.baseline}'s grid the other methods are tuned at)")
         if self.nearest and (set(self.nearest) != {"methods", "seeds", "metric"} or self.nearest["metric"] not in COLUMNS
                              or not set(self.nearest["seeds"]) <= set(self.seeds_of(self.baseline))):
             raise ValueError(f"protocol {self.name}: nearest {self.nearest} must give methods, seeds (among "
@@ -269,10 +279,19 @@ class Protocol:
         """Every point of every method (what ``--check`` composes)."""
         return [p for m in self.methods.values() for p in m.points()] + self.control_points()
 
-    def tuning_points(self) -> list[Point]:
+    def tuning_points(self, calibrated: tuple[tuple[str, Any], ...] | None = None) -> list[Point]:
         """The points tuning runs: those of methods with more than one setting. A method with one setting has
-        nothing to choose; its pick is that setting, and it first runs in ``evaluate``."""
-        return [p for m in self.methods.values() if len(m.points()) > 1 for p in m.points()]
+        nothing to choose; its pick is that setting, and it first runs in ``evaluate``.
+
+        With ``tune.calibrate_first``: the baseline's points, and, once ``calibrated`` gives the baseline's picked
+        values of the ``calibrate`` keys (:func:`calibrated_values`), every other method's points at them."""
+        tuned = [m for m in self.methods.values() if len(m.points()) > 1]
+        if not self.tune.get("calibrate_first"):
+            return [p for m in tuned for p in m.points()]
+        first = [p for m in tuned if m.name == self.baseline for p in m.points()]
+        if calibrated is None:
+            return first
+        return first + [p for m in tuned if m.name != self.baseline for p in m.points(calibrated)]
 
     def seconds(self, runs: int, phase: str = "evaluate") -> float:
         """The protocol's estimate of ``runs`` runs of ``phase`` on one core: iterations, plus each periodic
@@ -360,13 +379,52 @@ def collect(plan: StudyPlan, out: Path, points: list[Point]) -> dict[str, dict[i
     return got
 
 
+def calibrated_values(protocol: Protocol, picks: dict[str, Any]) -> tuple[tuple[str, Any], ...] | None:
+    """The baseline's picked values of the ``calibrate`` keys; None while the baseline has no pick."""
+    chosen = picks["methods"].get(protocol.baseline)
+    if chosen is None:
+        return None
+    [point] = [p for p in protocol.methods[protocol.baseline].points() if p.name == chosen["point"]]
+    return tuple((k, v) for k, v in point.values if k in protocol.calibrate)
+
+
+def current_tuning_points(protocol: Protocol, out: Path) -> list[Point]:
+    """What the tuning phase runs now: every tuning point; with ``tune.calibrate_first``, the baseline's, then the
+    others' at the baseline's pick once the tuning runs under ``out`` give it."""
+    if not protocol.tune.get("calibrate_first"):
+        return protocol.tuning_points()
+    return protocol.tuning_points(calibrated_values(protocol, pick(protocol, out)))
+
+
 def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
-    """The picks of the tuning runs under ``out``: per method the best point by the criterion, and every point's scores."""
-    points = protocol.tuning_points()
-    runs = collect(protocol.plan(points, protocol.tuning_seeds, phase="tune"), out, points)
+    """The picks of the tuning runs under ``out``: per method the best point by the criterion, and every point's scores.
+    With ``tune.calibrate_first`` a method other than the baseline is picked from its runs at the baseline's picked
+    values only, and has no pick before the baseline has one."""
     picks: dict[str, Any] = {"protocol": protocol.name, "criterion": protocol.criterion,
                              "tuning_seeds": protocol.tuning_seeds, "methods": {}, "incomplete": {}}
-    for method, spec in protocol.methods.items():
+    if not protocol.tune.get("calibrate_first"):
+        _pick_methods(protocol, out, picks, list(protocol.methods))
+        return picks
+    _pick_methods(protocol, out, picks, [protocol.baseline])
+    calibrated = calibrated_values(protocol, picks)
+    others = [m for m in protocol.methods if m != protocol.baseline]
+    if calibrated is None:  # the others' grids have not started: they run at the baseline's pick
+        for m in others:
+            if len(protocol.methods[m].points()) > 1:
+                picks["incomplete"][m] = [f"waits for {protocol.baseline}'s pick of {', '.join(protocol.calibrate)}"]
+        others = [m for m in others if m not in picks["incomplete"]]
+    _pick_methods(protocol, out, picks, others, calibrated or ())
+    picks["methods"] = {m: picks["methods"][m] for m in protocol.methods if m in picks["methods"]}
+    return picks
+
+
+def _pick_methods(protocol: Protocol, out: Path, picks: dict[str, Any], methods: list[str],
+                  calibrated: tuple[tuple[str, Any], ...] = ()) -> None:
+    """Pick each of ``methods`` (its points at ``calibrated``) into ``picks``."""
+    points = [p for m in methods if len(protocol.methods[m].points()) > 1 for p in protocol.methods[m].points(calibrated)]
+    runs = collect(protocol.plan(points, protocol.tuning_seeds, phase="tune"), out, points)
+    for method in methods:
+        spec = protocol.methods[method]
         if len(spec.points()) == 1:  # nothing to tune: the one setting is the pick, with no tuning runs
             p = spec.points()[0]
             picks["methods"][method] = {"point": p.name, "algo": p.algo, "controller": p.controller,
@@ -374,7 +432,7 @@ def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
                                         "mean": None, "dose": None, "grid": []}
             continue
         rows, missing = [], []
-        for p in spec.points():
+        for p in spec.points(calibrated):
             scores = {s: criterion_score(r, protocol.criterion) for s, r in runs.get(p.name, {}).items()}
             scores = {s: v for s, v in scores.items() if v is not None}
             missing += [f"{p.name} seed {s}" for s in protocol.tuning_seeds if s not in scores]
@@ -388,7 +446,6 @@ def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
             continue
         best = max(rows, key=lambda r: r["mean"])  # max keeps the first of equal scores: the earlier point
         picks["methods"][method] = {**best, "grid": rows}
-    return picks
 
 
 def picked_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:

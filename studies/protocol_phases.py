@@ -18,6 +18,7 @@ from studies.protocol import (
     Point,
     Protocol,
     collect,
+    current_tuning_points,
     eval_columns,
     evaluation_points,
     load_protocol,
@@ -319,8 +320,11 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     """Run one phase (resumable) and write its report; return the report. ``run=False`` runs nothing: the report
     of the runs finished so far (``scripts/study.py --summarise-only``, e.g. on imported records)."""
     if phase == "tune":
-        points = protocol.tuning_points()
         if run:
+            if protocol.tune.get("calibrate_first"):  # the baseline's grid first: the others run at its pick
+                run_study(protocol.plan(protocol.tuning_points(), protocol.tuning_seeds, extra, phase="tune"),
+                          out / "tune", train_script, log=log, lanes=lanes)
+            points = current_tuning_points(protocol, out / "tune")
             run_study(protocol.plan(points, protocol.tuning_seeds, extra, phase="tune"), out / "tune", train_script,
                       log=log, lanes=lanes)
         picks = pick(protocol, out / "tune")

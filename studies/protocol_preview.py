@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 from studies.pair_schedule import here, schedule
-from studies.protocol import Point, Protocol, evaluation_points
+from studies.protocol import Point, Protocol, current_tuning_points, evaluation_points
 
 
 def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point] | None, list[int]]:
     """The points and seeds of a phase; for ``evaluate`` before tuning has picked, ``None`` points."""
     if phase == "tune":
-        return protocol.tuning_points(), protocol.tuning_seeds
+        return current_tuning_points(protocol, out / "tune"), protocol.tuning_seeds
     f = out / "picks.json"
     return (evaluation_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.all_evaluation_seeds()
 
@@ -49,6 +49,11 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             lines.append(f"  on {pairing}: {len(todo)} runs to do, {again} of them a seed run again here to pair "
                          "(studies/pair_schedule.py)")
         if phase == "tune":
+            later = [m.name for m in protocol.methods.values()
+                     if len(m.points()) > 1 and all(p.method != m.name for p in points)]
+            if later:
+                lines.append(f"  (then, at {protocol.baseline}'s pick of {', '.join(protocol.calibrate)}: "
+                             f"{', '.join(later)}; tune.calibrate_first)")
             once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]
             if once:
                 lines.append(f"  (one setting, not tuned: {', '.join(once)})")
@@ -57,7 +62,8 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
         phase == "tune" or all(len(protocol.seeds_of(m)) == len(seeds) for m in protocol.methods)) else \
         f"each cell on its seeds of {seeds}"
     lines.append(f"{runs} runs ({split}), about {hours:.1f} h on one core "
-                 f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h")
+                 f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h for the lab's model "
+                 "(SmolLM2 on a 2-core AVX2 machine went slower with two lanes than with one: docs/results.md)")
     return "\n".join(lines)
 
 

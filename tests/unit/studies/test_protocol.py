@@ -15,7 +15,7 @@ import pytest
 from torch.utils.tensorboard import SummaryWriter
 
 from studies.method_study import run_dir
-from studies.protocol import evaluation_points, load_protocol, pick, picked_points
+from studies.protocol import current_tuning_points, evaluation_points, load_protocol, pick, picked_points
 from studies.protocol_phases import evaluation_report, tuning_table
 from studies.protocol_preview import check_points, dry_run
 from tests.helpers import CONF, ROOT
@@ -316,6 +316,38 @@ def test_a_calibrated_key_of_the_baselines_pick_is_given_to_every_other_method(t
     assert (control.name, control.overrides) == ("grpo-precisionfp32", ("optim.lr=0.0002", "precision=fp32"))
 
 
+def test_calibrate_first_tunes_the_others_at_the_baselines_pick_and_picks_from_those_runs_only(tmp_path: Path) -> None:
+    p = _tiny(tmp_path, TINY.replace("name: tiny", "name: tiny\ncalibrate: [optim.lr]\ntune: {calibrate_first: true}"))
+    lo, hi = p.tuning_points()  # before the baseline's pick: its grid alone
+    assert current_tuning_points(p, tmp_path) == [lo, hi]
+    _run(run_dir(tmp_path, *p.methods["clip_cov"].points()[0].cell, 10), 0.9, 0.9)  # at the preset's rate: never read
+    picks = pick(p, tmp_path)
+    assert picks["incomplete"]["clip_cov"] == ["waits for grpo's pick of optim.lr"] and not picks["methods"]
+    assert "(then, at grpo's pick of optim.lr: clip_cov; tune.calibrate_first)" in dry_run(
+        p, "tune", tmp_path, ROOT / "scripts" / "train.py")
+    for seed in (10, 11):
+        _run(run_dir(tmp_path, *lo.cell, seed), 0.3, 0.6)  # criterion 0.45: the pick
+        _run(run_dir(tmp_path, *hi.cell, seed), 0.2, 0.5)
+    points = current_tuning_points(p, tmp_path)
+    assert [pt.name for pt in points] == ["grpo-lr0.0001", "grpo-lr0.0002", "clip_cov-rho0.01_lr0.0001",
+                                          "clip_cov-rho0.05_lr0.0001"]
+    assert points[2].overrides == ("algo.selection_args.rho=0.01", "optim.lr=0.0001")
+    picks = pick(p, tmp_path)
+    assert picks["methods"]["grpo"]["point"] == "grpo-lr0.0001"
+    assert picks["incomplete"]["clip_cov"] == ["clip_cov-rho0.01_lr0.0001 seed 10", "clip_cov-rho0.01_lr0.0001 seed 11",
+                                               "clip_cov-rho0.05_lr0.0001 seed 10", "clip_cov-rho0.05_lr0.0001 seed 11"]
+    for seed in (10, 11):
+        _run(run_dir(tmp_path, *points[2].cell, seed), 0.2, 0.3)
+        _run(run_dir(tmp_path, *points[3].cell, seed), 0.4, 0.5)  # the pick; the preset-rate run above scored more
+    picks = pick(p, tmp_path)
+    assert picks["methods"]["clip_cov"]["point"] == "clip_cov-rho0.05_lr0.0001"
+    assert list(picks["methods"]) == ["grpo", "clip_cov"] and not picks["incomplete"]
+    got = {pt.method: pt.overrides for pt in picked_points(picks, p)}
+    assert got["clip_cov"] == ("algo.selection_args.rho=0.05", "optim.lr=0.0001")  # evaluated at the rate it was tuned at
+    with pytest.raises(ValueError, match="tune.calibrate_first needs calibrate"):
+        _tiny(tmp_path, TINY.replace("name: tiny", "name: tiny\ntune: {calibrate_first: true}"))
+
+
 def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_path: Path) -> None:
     """conf/protocol/real_lm.yaml: only GRPO's learning rate is tuned (one tuning seed), its pick goes to every
     method and the fp32 control, GRPO gets five evaluation seeds and the rest three, and every cell composes and
@@ -444,7 +476,11 @@ def test_the_verdicts_protocol_declares_a_plan_that_can_decide() -> None:
     evaluate = p.phase_eval("evaluate")
     assert evaluate["problems"] == {"held_out": 256, "retention": 64} and evaluate["final_n"] >= 64
     assert {"callbacks.eval.per_problem=true", "data.prompts.task.retention=true"} <= set(p.overrides)
-    assert {pt.method for pt in p.tuning_points()} == {"grpo", "dapo_kl_cov", "dapo_stare", "dapo_repo_r"}
+    assert {pt.method for pt in p.tuning_points()} == {"grpo"}  # the candidates wait for its learning rate
+    at = {pt.name for pt in p.tuning_points(calibrated=(("optim.lr", 1.0e-5),))}
+    assert {n for n in at if not n.startswith("grpo-")} == {
+        "dapo_kl_cov-k0.002_lr1e-05", "dapo_kl_cov-k0.01_lr1e-05", "dapo_stare-w1.2_lr1e-05", "dapo_stare-w1.5_lr1e-05",
+        "dapo_repo_r-lam_max0.3_lr1e-05", "dapo_repo_r-lam_max1_lr1e-05"}
 
 def test_every_cell_of_the_verdicts_protocol_composes_and_builds() -> None:
     p = load_protocol(VERDICTS)
