@@ -112,6 +112,11 @@ class MethodSpec:
     evaluation_seeds: list[int] | None = None
     """This method's evaluation seeds where they differ from the protocol's (more for the baseline, say)."""
 
+    @property
+    def tuned(self) -> bool:
+        """More than one setting: tuning chooses among them (a method with one has nothing to choose)."""
+        return len(self.points()) > 1
+
     def points(self, calibrated: tuple[tuple[str, Any], ...] = ()) -> list[Point]:
         """Every combination of the grid's values, the first key varying slowest; with ``calibrated`` (the
         baseline's picked values of some keys) each also runs at those of them this method does not set itself,
@@ -193,9 +198,10 @@ class Protocol:
             if seeds & set(self.tuning_seeds) or len(seeds) < self.min_evaluation_seeds:
                 raise ValueError(f"protocol {self.name}: methods.{m.name}.evaluation_seeds {sorted(seeds)} must be at least "
                                  f"{self.min_evaluation_seeds} seeds, none of them a tuning seed")
-        if set(self.tune) - {"iterations", "eval", "calibrate_first"}:
-            raise ValueError(f"protocol {self.name}: tune keys {sorted(set(self.tune) - {'iterations', 'eval', 'calibrate_first'})}; "
-                             "the keys are ['calibrate_first', 'eval', 'iterations']")
+        tune_keys = {"iterations", "eval", "calibrate_first"}
+        if set(self.tune) - tune_keys:
+            raise ValueError(f"protocol {self.name}: tune keys {sorted(set(self.tune) - tune_keys)}; "
+                             f"the keys are {sorted(tune_keys)}")
         if self.tune.get("calibrate_first") and not self.calibrate:
             raise ValueError(f"protocol {self.name}: tune.calibrate_first needs calibrate (the keys of "
                              f"{self.baseline}'s grid the other methods are tuned at)")
@@ -285,7 +291,7 @@ class Protocol:
 
         With ``tune.calibrate_first``: the baseline's points, and, once ``calibrated`` gives the baseline's picked
         values of the ``calibrate`` keys (:func:`calibrated_values`), every other method's points at them."""
-        tuned = [m for m in self.methods.values() if len(m.points()) > 1]
+        tuned = [m for m in self.methods.values() if m.tuned]
         if not self.tune.get("calibrate_first"):
             return [p for m in tuned for p in m.points()]
         first = [p for m in tuned if m.name == self.baseline for p in m.points()]
@@ -410,7 +416,7 @@ def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
     others = [m for m in protocol.methods if m != protocol.baseline]
     if calibrated is None:  # the others' grids have not started: they run at the baseline's pick
         for m in others:
-            if len(protocol.methods[m].points()) > 1:
+            if protocol.methods[m].tuned:
                 picks["incomplete"][m] = [f"waits for {protocol.baseline}'s pick of {', '.join(protocol.calibrate)}"]
         others = [m for m in others if m not in picks["incomplete"]]
     _pick_methods(protocol, out, picks, others, calibrated or ())
@@ -421,11 +427,11 @@ def pick(protocol: Protocol, out: Path) -> dict[str, Any]:
 def _pick_methods(protocol: Protocol, out: Path, picks: dict[str, Any], methods: list[str],
                   calibrated: tuple[tuple[str, Any], ...] = ()) -> None:
     """Pick each of ``methods`` (its points at ``calibrated``) into ``picks``."""
-    points = [p for m in methods if len(protocol.methods[m].points()) > 1 for p in protocol.methods[m].points(calibrated)]
+    points = [p for m in methods if protocol.methods[m].tuned for p in protocol.methods[m].points(calibrated)]
     runs = collect(protocol.plan(points, protocol.tuning_seeds, phase="tune"), out, points)
     for method in methods:
         spec = protocol.methods[method]
-        if len(spec.points()) == 1:  # nothing to tune: the one setting is the pick, with no tuning runs
+        if not spec.tuned:  # nothing to tune: the one setting is the pick, with no tuning runs
             p = spec.points()[0]
             picks["methods"][method] = {"point": p.name, "algo": p.algo, "controller": p.controller,
                                         "overrides": list(p.overrides), "setting": p.setting, "scores": {},

@@ -50,11 +50,11 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
                          "(studies/pair_schedule.py)")
         if phase == "tune":
             later = [m.name for m in protocol.methods.values()
-                     if len(m.points()) > 1 and all(p.method != m.name for p in points)]
+                     if m.tuned and all(p.method != m.name for p in points)]
             if later:
                 lines.append(f"  (then, at {protocol.baseline}'s pick of {', '.join(protocol.calibrate)}: "
                              f"{', '.join(later)}; tune.calibrate_first)")
-            once = [m.name for m in protocol.methods.values() if len(m.points()) == 1]
+            once = [m.name for m in protocol.methods.values() if not m.tuned]
             if once:
                 lines.append(f"  (one setting, not tuned: {', '.join(once)})")
     hours = protocol.seconds(runs, phase) / 3600

@@ -64,13 +64,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist, order the files as :data:`DEALT_FIRST` says (a file's tests keep their order)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+    from collections import Counter
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    counts = Counter(map(file_of, items))
     first = {name: i for i, name in enumerate(DEALT_FIRST)}
 
     def rank(item: pytest.Item) -> tuple[int, int, str]:
-        file = item.nodeid.split("::")[0]
+        file = file_of(item)
         return (first.get(file, len(first)), -counts[file], file)
 
     items.sort(key=rank)  # stable: a file's tests stay in their order
