@@ -40,24 +40,25 @@ def _pin_xdist_worker() -> None:
 _pin_xdist_worker()
 
 
-DEALT_FIRST = (
-    "tests/integration/test_presets.py",  # its first fit builds the lab's warm start (about 2 minutes of one core)
-    "tests/integration/test_real_lm.py",  # meanwhile the other worker: the heaviest files that don't need it
-    "tests/integration/test_install.py",  # (the installed wheel's runs warm-start their own, smaller policy)
-    "tests/unit/studies/test_records.py",
-    "tests/integration/test_distributed.py",  # then the heaviest that do, longest first
-    "tests/integration/test_exact_resume.py",
+DEALT_FIRST = (  # seconds of one worker, measured on the 2-core AVX2 machine (docs/results.md, "Test suite")
+    "tests/integration/test_distributed.py",  # ~190: the DDP and FSDP2 ranks under torchrun
+    "tests/integration/test_real_lm.py",  # ~150: the real SmolLM2 weights
+    "tests/integration/test_exact_resume.py",  # ~140: runs killed as processes and resumed
+    "tests/integration/test_presets.py",
     "tests/integration/test_harness.py",
-    "tests/integration/test_controller_resume.py",
+    "tests/integration/test_install.py",
+    "tests/unit/studies/test_records.py",
     "tests/unit/policy/test_strategies.py",
+    "tests/integration/test_controller_resume.py",
+    "tests/docs/test_custom_task_commands.py",
     "tests/integration/test_controllers.py",
 )
-"""The files ``make test`` deals to its workers first, in this order; the rest follow, the files with more tests first.
+"""The files ``make test`` deals to its workers first, in this order (longest first); the rest follow, the files with
+more tests first.
 
 ``make test`` runs ``pytest -n 2 --dist loadfile --no-loadscope-reorder``: whole files go to whichever worker is
-free, in collection order. Without an order, the second worker met a file that needs the lab's warm start while
-the first was still building it and waited about a minute on its lock; and a heavy file dealt last keeps one worker
-busy after the other has finished. Durations measured on the 2-core machine (docs/results.md, "Test suite")."""
+free, in collection order. A heavy file dealt last keeps one worker busy after the other has finished; dealt first,
+the short files fill in around it."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -108,7 +109,7 @@ def all_cores():
 
 @pytest.fixture(scope="session")
 def harness():
-    """The in-process run harness (tests/harness.py): the lab's warm start built once, one shared vLLM engine."""
+    """The in-process run harness (tests/harness.py): the lab's warm start, one shared vLLM engine."""
     from tests.harness import Harness
 
     h = Harness()

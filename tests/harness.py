@@ -82,7 +82,7 @@ class _Borrowed:
 
 
 class Harness:
-    """Session-wide: the lab policy's warm start (built once, cached under ``paths.cache_dir``) and the vLLM
+    """Session-wide: the lab policy's warm start (shipped in the package) and the vLLM
     engines shared by every fit (one per distinct engine setting; the lab's runs use one or two)."""
 
     def __init__(self) -> None:
@@ -91,7 +91,8 @@ class Harness:
 
     # ---- the lab policy ---------------------------------------------------------------------------
     def warm_start(self, overrides: list[str] = ()) -> str:
-        """Build (or find) the lab policy's cached warm start; its path."""
+        """Find (or, for settings other than the shipped default's, build and cache) the lab policy's warm start;
+        its path."""
         from hydra.utils import instantiate
 
         cfg = compose_train([*SMOKE, *overrides, f"paths.root_dir={ROOT}", "paths.output_dir=unused"])

@@ -1,4 +1,4 @@
-"""Policies: the tiny Countdown lab policy (built and warm-started locally) and any Hugging Face causal LM.
+"""Policies: the tiny Countdown lab policy (its warm start shipped in the package) and any Hugging Face causal LM.
 
 A policy spec's ``build()`` returns a :class:`PolicyBundle`: the trainable model, its tokenizer and a
 directory holding the same weights in Hugging Face format, which the rollout engine loads at start-up.
@@ -23,6 +23,10 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
+
+LAB_START = Path(__file__).with_name("lab_start")
+"""The lab policy's warm start at its default settings, shipped in the package (``scripts/build_lab_start.py`` makes
+it): a run at those settings starts from it instead of spending a minute or two warm-starting."""
 
 
 @dataclass
@@ -109,7 +113,9 @@ class TinyLabPolicy:
     """The Countdown lab policy: a character-level tiny Qwen2, warm-started and cached on disk.
 
     The cache key hashes the architecture, the task and the warm-start settings, so a changed setting
-    builds a new checkpoint and an unchanged one is reused (seconds instead of a minute).
+    builds a new checkpoint and an unchanged one is reused (seconds instead of a minute). At the default
+    settings the package ships the warm start (:data:`LAB_START`), so every machine starts from the same
+    weights and nothing is built.
     """
 
     arch: TinyArch = field(default_factory=TinyArch)
@@ -126,6 +132,10 @@ class TinyLabPolicy:
     lora: Any = None
     """LoRA adapters (``{r, alpha, dropout, target_modules}``, :class:`lit_entropy.policy.lora.LoRAConfig`); None = full
     fine-tuning."""
+    shipped: bool = True
+    """Start from the warm start shipped in the package when it was made with these settings (the defaults);
+    false = warm-start on this machine (cached like any other setting). Not part of the cache key: both are the
+    same computation, and differ only by the machine's arithmetic."""
 
     def __post_init__(self) -> None:
         from lit_entropy.policy.lora import as_lora_config
@@ -177,6 +187,15 @@ class TinyLabPolicy:
 
         from lit_entropy.policy.tokenizer import CharTokenizer
 
+        shipped = shipped_start(self.cache_key()) if self.shipped else None
+        if shipped:
+            log.info("Starting the lab policy from the warm start shipped at %s", shipped)
+        path = shipped or self._cached_warm_start()
+        model = Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        return PolicyBundle(model=with_lora(model, self.lora), tokenizer=CharTokenizer.load(path), path=str(path))
+
+    def _cached_warm_start(self) -> Path:
+        """This machine's warm start at these settings: built once (under a lock), checked by checksum when reused."""
         path = Path(self.cache_dir) / "warmstart" / self.cache_key()
         if (path / "config.json").exists() and not verify_checksums(path):
             log.warning("the warm-start cache at %s is corrupt (checksum mismatch or unreadable); rebuilding it", path)
@@ -192,8 +211,7 @@ class TinyLabPolicy:
                     self._warm_start_and_save(path)
         else:
             log.info("Reusing warm-started lab policy at %s", path)
-        model = Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-        return PolicyBundle(model=with_lora(model, self.lora), tokenizer=CharTokenizer.load(path), path=str(path))
+        return path
 
     def _warm_start_and_save(self, path: Path) -> None:
         from lit_entropy.policy.tokenizer import CharTokenizer
@@ -203,6 +221,7 @@ class TinyLabPolicy:
         t0 = time.perf_counter()
         stats = supervised_warm_start(model, tok, self.task, self.warmstart)
         stats["seconds"] = round(time.perf_counter() - t0, 2)
+        stats["cache_key"] = self.cache_key()
         log.info("Warm start done: %s", stats)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".tmp-"))
@@ -214,6 +233,23 @@ class TinyLabPolicy:
             os.replace(tmp, path)  # atomic: a concurrent builder either wins or finds it done
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def shipped_start(key: str) -> Path | None:
+    """The shipped warm start (:data:`LAB_START`) when it was made with the settings whose cache key is ``key`` and
+    its files pass their checksums; else None (the caller warm-starts here). A shipped copy that fails its checksums
+    is reported, never loaded."""
+    try:
+        made_for = json.loads((LAB_START / "warmstart.json").read_text()).get("cache_key")
+    except (OSError, ValueError):
+        return None
+    if made_for != key:
+        return None
+    if not (LAB_START / CHECKSUMS).is_file() or not verify_checksums(LAB_START):
+        log.warning("the shipped lab warm start at %s fails its checksums (a damaged install?); warm-starting here "
+                    "instead", LAB_START)
+        return None
+    return LAB_START
 
 
 @contextlib.contextmanager

@@ -35,9 +35,9 @@ from tests.helpers import CONF, ROOT, read_scalars
 
 pytestmark = pytest.mark.integration
 
-# debug=smoke shrunk once more, to one iteration after a warm start of 50 steps instead of 800 (the cache is the
-# empty folder's own): the installed package builds, trains, logs and checkpoints in well under a minute.
-SMOKE = ["debug=smoke", "trainer.max_epochs=1", "model.warmstart.steps=50"]
+# debug=smoke shrunk once more, to one iteration from the warm start the wheel ships: the installed package loads
+# it, trains, logs and checkpoints in well under a minute.
+SMOKE = ["debug=smoke", "trainer.max_epochs=1"]
 
 PACKAGE = ROOT / "lit_entropy"
 
@@ -57,16 +57,22 @@ def checkout_modules() -> list[str]:
     return names
 
 
+LAB_START = PACKAGE / "policy" / "lab_start"
+
+
 def checkout_files() -> set[str]:
-    """The paths a distribution must carry, as they sit inside the installed package."""
+    """The paths a distribution must carry, as they sit inside the installed package: the modules, the configs and
+    the lab policy's shipped warm start."""
     code = {p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*.py")}
     configs = {"lit_entropy/conf/" + p.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml")}
-    return code | configs
+    weights = {p.relative_to(ROOT).as_posix() for p in LAB_START.iterdir()}
+    return code | configs | weights
 
 
 def wheel_files(wheel: Path) -> set[str]:
     with zipfile.ZipFile(wheel) as zf:
-        return {n for n in zf.namelist() if n.endswith((".py", ".yaml")) and n.startswith("lit_entropy/")}
+        return {n for n in zf.namelist() if n.startswith("lit_entropy/") and (
+            n.endswith((".py", ".yaml")) or n.startswith("lit_entropy/policy/lab_start/"))}
 
 
 def missing_message(expected: set[str], found: set[str], what: str) -> str:
@@ -197,7 +203,9 @@ def test_the_entry_points_run_from_an_empty_folder(installed, tmp_path):
     assert "iteration 1/1" in proc.stdout + proc.stderr
     (run_dir,) = (work / "logs" / "smoke" / "runs").iterdir()  # under the current folder
     assert (run_dir / ".hydra" / "config.yaml").is_file()
-    assert list((work / ".cache" / "lit_entropy" / "warmstart").iterdir())  # built from the installed package
+    logs = proc.stdout + proc.stderr  # started from the installed package's warm start; nothing built
+    assert "Starting the lab policy from the warm start shipped at " + str(bin_dir.parent) in logs, logs[-3000:]
+    assert not (work / ".cache" / "lit_entropy" / "warmstart").exists()
     assert len(read_scalars(run_dir)["rollout/entropy"]) == 1
     run([str(bin_dir / "lit-entropy-compare"), str(run_dir), "--out", "fig"], cwd=work, env=env)
     assert (work / "fig" / "compare.png").is_file()

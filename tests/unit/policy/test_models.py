@@ -110,3 +110,83 @@ def test_build_lock_excludes_a_second_process(tmp_path):
         held = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True).stdout
     free = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True).stdout
     assert (held.strip(), free.strip()) == ("held", "free")
+
+
+def test_the_shipped_warm_start_is_the_one_of_the_default_settings():
+    """The package ships the default settings' warm start, and the composed default config asks for exactly it."""
+    from hydra.utils import instantiate
+
+    from lit_entropy.policy.models import LAB_START, shipped_start
+    from tests.helpers import compose_train
+
+    rebuild = "a default of the lab's arch, warm start or task changed: run `python scripts/build_lab_start.py`"
+    assert shipped_start(TinyLabPolicy().cache_key()) == LAB_START, rebuild
+    composed = instantiate(compose_train([]).model)
+    assert composed.shipped and composed.cache_key() == TinyLabPolicy().cache_key(), rebuild
+
+
+def test_the_default_policy_loads_the_shipped_weights_and_builds_nothing(tmp_path):
+    from safetensors.torch import load_file
+
+    from lit_entropy.policy.models import LAB_START
+
+    bundle = TinyLabPolicy(cache_dir=str(tmp_path)).build()
+    assert Path(bundle.path) == LAB_START and not (tmp_path / "warmstart").exists()
+    shipped = load_file(str(LAB_START / "model.safetensors"))
+    state = bundle.model.state_dict()
+    assert all(torch.equal(state[name], weights) for name, weights in shipped.items())
+
+
+@pytest.fixture
+def shipped_small(tmp_path, monkeypatch) -> Path:
+    """A small policy's warm start put where the package ships its own (``LAB_START`` pointed at a copy)."""
+    import shutil
+
+    from lit_entropy.policy import models
+
+    built = Path(small(tmp_path / "built").build().path)
+    monkeypatch.setattr(models, "LAB_START", tmp_path / "lab_start")
+    shutil.copytree(built, models.LAB_START)
+    return models.LAB_START
+
+
+def test_the_shipped_start_serves_only_its_own_settings_and_only_when_asked(tmp_path, shipped_small):
+    assert Path(small(tmp_path / "a").build().path) == shipped_small
+    assert not (tmp_path / "a" / "warmstart").exists()
+    other = small(tmp_path / "b", steps=6).build()  # other settings: warm-started here
+    assert Path(other.path).parent == tmp_path / "b" / "warmstart"
+    here = small(tmp_path / "c")
+    here.shipped = False  # the same settings, asked to warm-start on this machine
+    assert Path(here.build().path).parent == tmp_path / "c" / "warmstart"
+
+
+def test_a_damaged_shipped_start_is_reported_and_never_loaded(tmp_path, shipped_small, caplog):
+    data = bytearray((shipped_small / "model.safetensors").read_bytes())
+    data[-5] ^= 0xFF  # still loads, wrong numbers
+    (shipped_small / "model.safetensors").write_bytes(bytes(data))
+    with caplog.at_level("WARNING"):
+        bundle = small(tmp_path / "a").build()
+    assert any("fails its checksums" in r.message for r in caplog.records)
+    assert Path(bundle.path).parent == tmp_path / "a" / "warmstart"
+
+
+@pytest.mark.slow
+def test_the_shipped_warm_start_is_what_this_code_builds(tmp_path):
+    """Warm-start the default settings here (a minute or two) and compare with the shipped copy: the same loss, the
+    same weights up to the machine's arithmetic (bit for bit on the kind of machine that made it: 2-core AVX2)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from lit_entropy.policy.models import LAB_START
+
+    torch.set_num_threads(1)
+    here = Path(TinyLabPolicy(cache_dir=str(tmp_path), shipped=False).build().path)
+    shipped_stats = json.loads((LAB_START / "warmstart.json").read_text())
+    here_stats = json.loads((here / "warmstart.json").read_text())
+    assert abs(here_stats["final_loss"] - shipped_stats["final_loss"]) < 0.02
+    ours, theirs = load_file(str(here / "model.safetensors")), load_file(str(LAB_START / "model.safetensors"))
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        gap = (ours[name] - theirs[name]).norm() / theirs[name].norm().clamp_min(1e-12)
+        assert gap < 0.05, (name, float(gap))
