@@ -7,6 +7,7 @@ start or task changes; `tests/unit/policy/test_models.py` names this script when
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from lit_entropy.policy.models import LAB_START, TinyLabPolicy  # noqa: E402
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     torch.set_num_threads(1)  # the thread count can change the float sums; the shipped copy is made on one
     with tempfile.TemporaryDirectory() as tmp:
         built = Path(TinyLabPolicy(cache_dir=tmp, shipped=False).build().path)

@@ -5,11 +5,10 @@ In-process on tests/harness.py (the shared vLLM engine takes the merged weights 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
-
-from tests.helpers import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -35,13 +34,11 @@ def test_lora_trains_adapters_only_and_syncs_vllm(full):
     state = ckpt["state_dict"]
     adapters = {k: v for k, v in state.items() if "lora_" in k}
     assert adapters and any(float(v.abs().max()) > 0 for k, v in adapters.items() if "lora_B" in k)
-    cache = ROOT / ".cache" / "lit_entropy" / "warmstart"
     base = {k.removeprefix("model.base_model.model.").replace(".base_layer.", "."): v
             for k, v in state.items() if "lora_" not in k}
-    match = [f for f in cache.glob("*/model.safetensors") if set(load_file(str(f))) <= set(base)]
-    assert match, "no warm-start checkpoint with these weight names"
-    unchanged = [all(torch.equal(base[k], v) for k, v in load_file(str(f)).items()) for f in match]
-    assert any(unchanged)  # every base weight is exactly the warm start: only the adapters trained
+    start = load_file(str(Path(full.module.policy_path) / "model.safetensors"))  # the warm start it began from
+    assert set(start) <= set(base), "the warm start's weight names are not the base model's"
+    assert all(torch.equal(base[k], v) for k, v in start.items())  # every base weight is exactly the warm start
 
 
 @pytest.mark.slow
