@@ -27,8 +27,9 @@ LAB = ["batch.prompts_per_iter=8", "batch.group_size=4", "rollout.max_new_tokens
        "batch.micro_batch_size=16", f"trainer.max_epochs={K}", "callbacks.checkpoint.keep_iterations=true",
        "~callbacks.progress", "+trainer.enable_progress_bar=false"]
 ENGINE = {"entrocraft_hard": "vllm"}  # the lab default on the real engine; the rest on HF generate (faster start)
-DEFAULT_SUITE = ("none",)  # the rest are `slow`; entrocraft_hard's kill-and-resume stays in the default tier
-# through the overlapped one below, and every controller's state through test_controller_resume.py
+DEFAULT_SUITE = ()  # all `slow`: in the default tier a SIGKILL and its resume are the overlapped run's below (a kill
+# while a batch is being sampled ahead), the plain boundary resume is the Ctrl-C test's, and every controller's state
+# is test_controller_resume.py's
 CONTROLLERS = ["none", "entrocraft_hard", "adapo", "entrocraft", "repo_d", "repo_r", "adaptive_bonus", "entropic"]
 
 
