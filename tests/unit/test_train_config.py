@@ -178,8 +178,8 @@ def test_bad_values_fail_before_the_warm_start(tmp_path, override, key):
                 {"question": "A book costs $12. What do 3 books cost?", "answer": "36"}]
         questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         overrides.append(f"data.prompts.path={questions}")
-    cache = tmp_path / "cache"  # empty: a warm start would have to be built first
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *overrides, f"paths.cache_dir={cache}",
+    cache = tmp_path / "cache"  # empty, and the shipped warm start refused: a warm start would have to be built first
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *overrides, "model.shipped=false", f"paths.cache_dir={cache}",
            f"paths.log_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
