@@ -180,8 +180,12 @@ def test_the_shipped_warm_start_is_what_this_code_builds(tmp_path):
 
     from lit_entropy.policy.models import LAB_START
 
-    torch.set_num_threads(1)
-    here = Path(TinyLabPolicy(cache_dir=str(tmp_path), shipped=False).build().path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as scripts/build_lab_start.py made it
+    try:
+        here = Path(TinyLabPolicy(cache_dir=str(tmp_path), shipped=False).build().path)
+    finally:
+        torch.set_num_threads(threads)
     shipped_stats = json.loads((LAB_START / "warmstart.json").read_text())
     here_stats = json.loads((here / "warmstart.json").read_text())
     assert abs(here_stats["final_loss"] - shipped_stats["final_loss"]) < 0.02
