@@ -238,6 +238,10 @@ def _judged(protocol: Protocol, picks: dict[str, Any], by_method: dict[str, dict
                  dose_of=dose_of)
 
 
+_REBUILT_VERDICTS: dict[tuple[str, ...], list[Verdict]] = {}
+""":func:`records_verdicts`' results by the sha256 digests of (protocol file, records file)."""
+
+
 def records_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
     """A protocol's verdicts against its baseline, rebuilt from its records file (picked again, nothing run).
 
@@ -247,9 +251,6 @@ def records_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
     if key not in _REBUILT_VERDICTS:
         _REBUILT_VERDICTS[key] = _rebuild_verdicts(protocol_path, records)
     return copy.deepcopy(_REBUILT_VERDICTS[key])
-
-
-_REBUILT_VERDICTS: dict[tuple[str, ...], list[Verdict]] = {}
 
 
 def _rebuild_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
