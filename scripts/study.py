@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phase", choices=("tune", "evaluate"), default=None, help="the protocol's phase to run")
     ap.add_argument("--dry-run", action="store_true", help="print the protocol phase's cells and overrides, run nothing")
     ap.add_argument("--check", action="store_true", help="compose and build every cell's config before running")
+    ap.add_argument("--allow-slow-bf16", action="store_true",
+                    help="run bf16 cells on a CPU without bf16 units even without the bf16-via-fp32 shim (6-12x slower)")
     ap.add_argument("--import-records", type=Path, default=None, metavar="FILE",
                     help="first write the finished runs of a records file (--export-records) under the out folder, "
                          "keeping runs already there; without --phase, only that")
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.import_records is not None:
         print("imported {} runs ({} already there, kept)".format(*import_records(args.import_records, args.out)))
     if not args.summarise_only:
+        refuse_slow_bf16(plan, args, ap)
         run_study(plan, args.out, ROOT / "scripts" / "train.py", lanes=args.lanes)
     if args.export_records is not None:
         print(f"exported {export_records(args.out, args.export_records)} runs to {args.export_records}")
@@ -114,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     plot(plan, args.out, png, start=start)
     print(f"wrote {md} and {png}")
     return 0
+
+
+def refuse_slow_bf16(plan, args: argparse.Namespace, ap: argparse.ArgumentParser) -> None:
+    """Stop before the first run where its cells would train in bf16 on a CPU that crawls at it (an iteration of
+    the real-LM study: over 20 minutes instead of about 2), unless ``--allow-slow-bf16``."""
+    from studies.bf16_via_fp32 import slow_bf16_reason
+    from studies.protocol_preview import precisions
+
+    if not args.allow_slow_bf16 and (reason := slow_bf16_reason(precisions(plan))):
+        ap.error(reason)
 
 
 def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.ArgumentParser) -> int:
@@ -150,6 +163,8 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
     if args.dry_run:
         print(dry_run(protocol, args.phase, out, train_script, overrides))
         return 0
+    if not args.summarise_only:
+        refuse_slow_bf16(protocol.plan(protocol.all_points(), protocol.tuning_seeds, overrides), args, ap)
     out.mkdir(parents=True, exist_ok=True)
     try:
         report = run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from studies.method_study import StudyPlan
 from studies.pair_schedule import here, schedule
 from studies.protocol import Point, Protocol, current_tuning_points, evaluation_points
 
@@ -67,26 +68,48 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
     return "\n".join(lines)
 
 
-def check_points(protocol: Protocol, points: list[Point], extra: list[str] = (), conf_dir: Path | None = None) -> int:
-    """Compose every point's config with its overrides (an unknown key fails by name) and build its objective and
-    callbacks (a bad value fails as at start-up). Returns the number of points checked."""
+def composed(plan: StudyPlan, cells: list[tuple[str, str]], seed: int, conf_dir: Path | None = None):
+    """Each cell's run config as ``scripts/train.py`` would compose it from the plan's command line, with no Hydra
+    run (no run folder): yields ``(cell, cfg)``; an unknown key raises as at start-up."""
     from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
 
-    from lit_entropy.train import instantiate_callbacks
     from studies.method_study import train_command
 
     conf_dir = conf_dir or Path(__file__).resolve().parents[1] / "conf"
-    plan = protocol.plan(points, protocol.tuning_seeds, extra)
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        for p in points:
-            cmd = train_command(plan, *p.cell, protocol.tuning_seeds[0], Path("/tmp/protocol-check"), Path("train.py"))
-            overrides = [*(a for a in cmd[2:] if not a.startswith("hydra.")),  # no Hydra run: no run folder
+        for cell in cells:
+            cmd = train_command(plan, *cell, seed, Path("/tmp/protocol-check"), Path("train.py"))
+            overrides = [*(a for a in cmd[2:] if not a.startswith("hydra.")),
                          "paths.output_dir=/tmp/lit-entropy-protocol-check"]
-            try:
-                cfg = compose(config_name="train", overrides=overrides)
-                instantiate(cfg.algo)
-                instantiate_callbacks(cfg.callbacks)
-            except Exception as err:
-                raise ValueError(f"protocol {protocol.name}, point {p.name}: {err}") from err
+            yield cell, compose(config_name="train", overrides=overrides)
+
+
+def check_points(protocol: Protocol, points: list[Point], extra: list[str] = (), conf_dir: Path | None = None) -> int:
+    """Compose every point's config with its overrides (an unknown key fails by name) and build its objective and
+    callbacks (a bad value fails as at start-up). Returns the number of points checked."""
+    from hydra.utils import instantiate
+
+    from lit_entropy.train import instantiate_callbacks
+
+    plan = protocol.plan(points, protocol.tuning_seeds, extra)
+    configs = composed(plan, [p.cell for p in points], protocol.tuning_seeds[0], conf_dir)
+    for p in points:
+        try:
+            _, cfg = next(configs)
+            instantiate(cfg.algo)
+            instantiate_callbacks(cfg.callbacks)
+        except Exception as err:
+            raise ValueError(f"protocol {protocol.name}, point {p.name}: {err}") from err
     return len(points)
+
+
+def precisions(plan: StudyPlan, conf_dir: Path | None = None) -> set[str]:
+    """The trainer's precisions and the engines' dtypes of the cells of ``plan`` (each cell's first seed's command
+    line, composed; nothing built), e.g. ``{"bf16-mixed", "bfloat16"}``."""
+    found = set()
+    for _, cfg in composed(plan, plan.grid(), plan.seeds[0], conf_dir):
+        found.add(str(cfg.trainer.precision))
+        engine = cfg.get("rollout", {}).get("engine", {}) or {}
+        if engine.get("dtype") is not None:
+            found.add(str(engine.get("dtype")))
+    return found

@@ -234,3 +234,56 @@ def test_a_compiled_bf16_vllm_engine_samples_the_same_with_the_copies_across_a_w
     finally:
         engine.close()
         emu.forget_fp32_weights()
+
+
+def test_installed_sees_this_module_and_a_copy_loaded_under_another_name(monkeypatch):
+    monkeypatch.setattr(F, "linear", emu.original_linear)
+    assert emu.installed() is False
+    emu.install()
+    assert emu.installed() is True
+    copy = lambda *a, **k: None  # noqa: E731  (what a study environment's .pth loads: the module as `bf16_via_fp32`)
+    copy.__module__ = "bf16_via_fp32"
+    monkeypatch.setattr(F, "linear", copy)
+    assert emu.installed() is True
+    copy.__module__ = "somebody_else"
+    assert emu.installed() is False
+
+
+@pytest.mark.parametrize("precisions, gpu, native, shim, slow", [
+    ({"bf16-mixed", "bfloat16"}, False, False, False, True),   # the crawl the check exists for
+    ({"32-true", "bfloat16"}, False, False, False, True),       # an engine in bf16 is enough
+    ({"32-true", "float32"}, False, False, False, False),       # fp32 everywhere
+    ({"bf16-mixed"}, True, False, False, False),                # on a GPU
+    ({"bf16-mixed"}, False, True, False, False),                # AVX512-BF16 or AMX
+    ({"bf16-mixed"}, False, False, True, False),                # the shim installed
+])
+def test_slow_bf16_is_named_only_for_bf16_on_a_cpu_without_units_or_shim(monkeypatch, precisions, gpu, native, shim,
+                                                                         slow):
+    monkeypatch.setattr(emu, "native_bf16_cpu", lambda: native)
+    monkeypatch.setattr(emu, "installed", lambda: shim)
+    reason = emu.slow_bf16_reason(precisions, on_gpu=gpu)
+    assert (reason is not None) == slow
+    if slow:
+        assert "--allow-slow-bf16" in reason and emu.ENV_VAR in reason and "bf16" in reason
+
+
+def test_the_study_script_refuses_bf16_runs_that_would_crawl_before_any_run(monkeypatch, tmp_path):
+    """``scripts/study.py --protocol conf/protocol/verdicts.yaml --phase tune`` on a CPU without bf16 units and
+    without the shim: a usage error naming the way out, and no run folder."""
+    import contextlib
+    import importlib.util
+    import io
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("study_script", root / "scripts" / "study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(emu, "native_bf16_cpu", lambda: False)
+    monkeypatch.setattr(emu, "installed", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = ["--protocol", str(root / "conf" / "protocol" / "verdicts.yaml"), "--phase", "tune", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
+        script.main(args)
+    assert stop.value.code == 2 and "--allow-slow-bf16" in err.getvalue() and "bf16-mixed" in err.getvalue()
+    assert not (tmp_path / "tune").exists()
