@@ -94,7 +94,8 @@ def run_config(folder: str | Path) -> dict[str, Any]:
     import yaml
 
     f = Path(folder) / ".hydra" / "config.yaml"
-    return (yaml.safe_load(f.read_text()) or {}) if f.is_file() else {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ~10x faster,
+    return (yaml.load(f.read_text(), Loader=loader) or {}) if f.is_file() else {}  # and the same objects
 
 
 def _mean(xs: list[float] | None) -> float | None:

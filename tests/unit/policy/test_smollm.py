@@ -124,3 +124,32 @@ def test_real_lm_experiment_composes():
     assert cfg.model._target_ == "lit_entropy.policy.smollm.SmolLMPolicy" and cfg.data.chat_template is True
     assert cfg.rollout.temperature == 1.0 and cfg.callbacks.eval.every_n_iterations == 10
     assert cfg.batch.prompts_per_iter * cfg.batch.group_size == 64
+
+
+def test_the_conversion_parses_each_gguf_once_and_gives_the_module_back(monkeypatch, tmp_path):
+    """Inside the conversion one reader per file and one name map per architecture (transformers asks three times
+    and ~400 times); outside it, gguf's own objects again, also after an error."""
+    gguf = pytest.importorskip("gguf")
+    built = []
+
+    class Reader:
+        def __init__(self, path, mode="r"):
+            built.append((path, mode))
+
+    def name_map(arch, n_blocks):
+        built.append(("map", arch, n_blocks))
+        return object()
+
+    monkeypatch.setattr(gguf, "GGUFReader", Reader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", name_map)
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    with smollm._gguf_parsed_once():
+        first = gguf.GGUFReader(a)
+        assert gguf.GGUFReader(str(a)) is first and gguf.GGUFReader(b) is not first
+        assert gguf.get_tensor_name_map("llama", 30) is gguf.get_tensor_name_map("llama", 30)
+        assert gguf.get_tensor_name_map("llama", 2) is not gguf.get_tensor_name_map("llama", 30)
+    assert built == [(a, "r"), (b, "r"), ("map", "llama", 30), ("map", "llama", 2)]
+    assert gguf.GGUFReader is Reader and gguf.get_tensor_name_map is name_map
+    with pytest.raises(RuntimeError), smollm._gguf_parsed_once():
+        raise RuntimeError("a conversion that fails")
+    assert gguf.GGUFReader is Reader and gguf.get_tensor_name_map is name_map
