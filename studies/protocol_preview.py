@@ -3,6 +3,7 @@ Hydra overrides, the count of runs, the time estimate) and ``--check`` (every ce
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -93,13 +94,14 @@ def check_points(protocol: Protocol, points: list[Point], extra: list[str] = (),
 
     plan = protocol.plan(points, protocol.tuning_seeds, extra)
     configs = composed(plan, [p.cell for p in points], protocol.tuning_seeds[0], conf_dir)
-    for p in points:
-        try:
-            _, cfg = next(configs)
-            instantiate(cfg.algo)
-            instantiate_callbacks(cfg.callbacks)
-        except Exception as err:
-            raise ValueError(f"protocol {protocol.name}, point {p.name}: {err}") from err
+    with contextlib.closing(configs):  # a point that fails to build leaves Hydra's context closed behind it
+        for p in points:
+            try:
+                _, cfg = next(configs)
+                instantiate(cfg.algo)
+                instantiate_callbacks(cfg.callbacks)
+            except Exception as err:
+                raise ValueError(f"protocol {protocol.name}, point {p.name}: {err}") from err
     return len(points)
 
 

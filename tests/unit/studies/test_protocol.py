@@ -97,6 +97,24 @@ def test_a_bad_override_fails_the_check_by_point(tmp_path: Path) -> None:
         check_points(p, p.tuning_points()[:1])
 
 
+def test_a_point_that_fails_to_build_names_itself_and_leaves_hydra_clear(monkeypatch) -> None:
+    """A value that composes but fails at build time: the point is named, and Hydra's global context is closed
+    behind it (a later compose in the process must not find it initialised)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import lit_entropy.train
+
+    def refuse(*_a, **_k):
+        raise RuntimeError("a bad value")
+
+    monkeypatch.setattr(lit_entropy.train, "instantiate_callbacks", refuse)
+    p = load_protocol(COLLAPSE)
+    with pytest.raises(ValueError, match=f"point {p.tuning_points()[0].name}: a bad value") as err:
+        check_points(p, p.tuning_points()[:2])
+    assert not GlobalHydra.instance().is_initialized()  # even while the traceback (`err`) holds the check's frame
+    assert err.value.__cause__ is not None
+
+
 @pytest.mark.parametrize("change,match", [
     (("evaluation_seeds: [0, 1, 2]", "evaluation_seeds: [0, 1, 10]"), "also tuning seeds"),
     (("min_evaluation_seeds: 3", "min_evaluation_seeds: 5"), "fewer than min_evaluation_seeds=5"),
