@@ -169,7 +169,7 @@ class Harness:
         engine = self.engine_factory(cfg.rollout.engine) if share else None
         clean = False
         try:
-            with _process_state() as caught:
+            with process_state() as caught:
                 fitted = fit(cfg, engine=engine)  # lit_entropy.train.run's body, with the shared engine
             clean = True
         finally:
@@ -188,7 +188,7 @@ def _parallel_groups_alive() -> bool:
     return parallel_state.model_parallel_is_initialized()
 
 
-class _process_state:
+class process_state:
     """Put back what a fit changes in the process and a fresh process would not carry into the next run."""
 
     LOGGERS = ("vllm", "lightning", "lightning.pytorch", "lightning.pytorch.utilities.rank_zero", "lightning.fabric",

@@ -173,6 +173,7 @@ def test_bad_values_fail_before_the_warm_start(tmp_path, monkeypatch, capsys, ov
     from hydra.core.global_hydra import GlobalHydra
 
     from lit_entropy.cli import train as train_cli
+    from tests.harness import process_state
 
     overrides = [override]
     if override == "data=jsonl":  # GSM8K-like questions: capitals, '$', '?' are not in the lab's alphabet
@@ -184,7 +185,7 @@ def test_bad_values_fail_before_the_warm_start(tmp_path, monkeypatch, capsys, ov
     cache = tmp_path / "cache"  # empty, and the shipped warm start refused: a warm start would have to be built first
     monkeypatch.setattr(sys, "argv", ["lit-entropy-train"])
     try:
-        with pytest.raises(SystemExit) as stop:
+        with process_state(), pytest.raises(SystemExit) as stop:  # what the start-up sets goes back after
             train_cli.main([*overrides, "model.shipped=false", f"paths.cache_dir={cache}", f"paths.log_dir={tmp_path}",
                             f"hydra.run.dir={tmp_path / 'run'}"])
     finally:
