@@ -122,10 +122,16 @@ def main(argv: list[str] | None = None) -> int:
 def refuse_slow_bf16(plan, args: argparse.Namespace, ap: argparse.ArgumentParser) -> None:
     """Stop before the first run where its cells would train in bf16 on a CPU that crawls at it (an iteration of
     the real-LM study: over 20 minutes instead of about 2), unless ``--allow-slow-bf16``."""
-    from studies.bf16_via_fp32 import slow_bf16_reason
-    from studies.protocol_preview import precisions
+    import torch
 
-    if not args.allow_slow_bf16 and (reason := slow_bf16_reason(precisions(plan))):
+    from lit_entropy.policy.precision import cpu_half_support
+    from studies.bf16_via_fp32 import installed
+    from studies.protocol_preview import precisions, slow_precision_reason
+
+    if args.allow_slow_bf16:
+        return
+    reason = slow_precision_reason(precisions(plan), not torch.cuda.is_available(), cpu_half_support(), installed())
+    if reason:
         ap.error(reason)
 
 

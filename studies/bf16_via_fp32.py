@@ -212,25 +212,6 @@ def installed() -> bool:
     return getattr(F.linear, "__module__", "").rpartition(".")[2] == "bf16_via_fp32"
 
 
-def native_bf16_cpu() -> bool:
-    """Whether this CPU has bf16 units PyTorch uses (AVX512-BF16 or AMX)."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def slow_bf16_reason(precisions: set[str], on_gpu: bool | None = None) -> str | None:
-    """Why runs in ``precisions`` would crawl here, or ``None``: a bf16 precision, no GPU, no bf16 units in the CPU
-    and :func:`linear` not installed. On such a CPU an iteration of the real-LM study takes over 20 minutes instead
-    of about 2 (docs/real_lm_study.md); a study launched so loses hours before anyone reads its log."""
-    on_gpu = torch.cuda.is_available() if on_gpu is None else on_gpu
-    wanted = sorted(p for p in precisions if "bf16" in str(p) or "bfloat16" in str(p))
-    if not wanted or on_gpu or native_bf16_cpu() or installed():
-        return None
-    return (f"these runs train in {', '.join(wanted)} on a CPU without AVX512-BF16 or AMX, where PyTorch's bf16 "
-            f"matmuls run 6-12x slower than fp32, and the bf16-via-fp32 linear layers are not installed in this "
-            f"environment: add the shim's .pth to it (docs/real_lm_study.md says how) and set {ENV_VAR}=1 with a "
-            f"VLLM_CACHE_ROOT of its own, or pass --allow-slow-bf16")
-
-
 def ran_with_it(folder: str | Path) -> bool:
     """Whether the run in ``folder`` ran (in part, if resumed) with :func:`linear` installed: its logs hold
     :data:`MARKER`, or, for a run imported from a records file, its ``done.json`` says so."""

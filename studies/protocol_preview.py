@@ -105,13 +105,30 @@ def check_points(protocol: Protocol, points: list[Point], extra: list[str] = (),
     return len(points)
 
 
-def precisions(plan: StudyPlan, conf_dir: Path | None = None) -> set[str]:
-    """The trainer's precisions and the engines' dtypes of the cells of ``plan`` (each cell's first seed's command
-    line, composed; nothing built), e.g. ``{"bf16-mixed", "bfloat16"}``."""
+def precisions(plan: StudyPlan, conf_dir: Path | None = None) -> set[tuple[str, str | None]]:
+    """``(trainer precision, engine dtype)`` of each cell of ``plan`` (its first seed's command line, composed;
+    nothing built), e.g. ``{("bf16-mixed", "bfloat16")}``."""
     found = set()
     for _, cfg in composed(plan, plan.grid(), plan.seeds[0], conf_dir):
-        found.add(str(cfg.trainer.precision))
         engine = cfg.get("rollout", {}).get("engine", {}) or {}
-        if engine.get("dtype") is not None:
-            found.add(str(engine.get("dtype")))
+        found.add((str(cfg.trainer.precision), None if engine.get("dtype") is None else str(engine.get("dtype"))))
     return found
+
+
+def slow_precision_reason(cells: set[tuple[str, str | None]], on_cpu: bool, support: dict[str, bool],
+                          shim: bool) -> str | None:
+    """Why a study of ``cells`` (:func:`precisions`) would crawl on this CPU, or ``None``: the start-up warning of
+    :func:`lit_entropy.policy.precision.slow_half_precision_note` for a cell, unless the bf16-via-fp32 shim is
+    installed (``shim``) and the cell is bf16 (the shim does nothing for fp16). On such a CPU an iteration of the
+    real-LM study takes over 20 minutes instead of about 2; launched so, a study loses hours before anyone reads
+    its log."""
+    from lit_entropy.policy.precision import engine_dtype_for, slow_half_precision_note
+
+    for trainer_precision, engine_dtype in sorted(cells, key=str):
+        note = slow_half_precision_note(trainer_precision, engine_dtype, on_cpu, support)
+        fp16 = "float16" in (engine_dtype_for(trainer_precision), engine_dtype)
+        if note and (fp16 or not shim):
+            return (f"{note}. A study's bf16 cells run there through the bf16-via-fp32 shim: add its .pth to this "
+                    f"environment (docs/real_lm_study.md says how) and set LIT_ENTROPY_BF16_VIA_FP32=1 with a "
+                    f"VLLM_CACHE_ROOT of its own, or pass --allow-slow-bf16")
+    return None

@@ -503,3 +503,56 @@ def test_the_verdicts_protocol_declares_a_plan_that_can_decide() -> None:
 def test_every_cell_of_the_verdicts_protocol_composes_and_builds() -> None:
     p = load_protocol(VERDICTS)
     assert check_points(p, p.all_points()) == 14
+
+
+X86_AVX2, X86_BF16 = {"x86": True, "half_units": False}, {"x86": True, "half_units": True}
+
+
+@pytest.mark.parametrize("cells, on_cpu, support, shim, slow", [
+    ({("bf16-mixed", "bfloat16")}, True, X86_AVX2, False, True),    # the crawl the check exists for
+    ({("32-true", "bfloat16")}, True, X86_AVX2, False, True),       # an engine in bf16 is enough
+    ({("32-true", "float32")}, True, X86_AVX2, False, False),       # fp32 everywhere
+    ({("bf16-mixed", "bfloat16")}, False, X86_AVX2, False, False),  # on a GPU
+    ({("bf16-mixed", "bfloat16")}, True, X86_BF16, False, False),   # AVX512-BF16 or AMX
+    ({("bf16-mixed", "bfloat16")}, True, X86_AVX2, True, False),    # the shim installed
+    ({("16-mixed", "float16")}, True, X86_AVX2, True, True),        # which does nothing for fp16
+])
+def test_a_study_that_would_crawl_is_named_before_it_runs(cells, on_cpu, support, shim, slow) -> None:
+    from studies.protocol_preview import slow_precision_reason
+
+    reason = slow_precision_reason(cells, on_cpu, support, shim)
+    assert (reason is not None) == slow
+    if slow:
+        assert "--allow-slow-bf16" in reason and "LIT_ENTROPY_BF16_VIA_FP32" in reason
+
+
+def test_the_verdicts_protocol_trains_and_samples_in_bf16() -> None:
+    from studies.protocol_preview import precisions
+
+    p = load_protocol(ROOT / "conf" / "protocol" / "verdicts.yaml")
+    assert precisions(p.plan(p.all_points(), p.tuning_seeds)) == {("bf16-mixed", "bfloat16")}
+
+
+def test_the_study_script_refuses_bf16_runs_that_would_crawl_before_any_run(monkeypatch, tmp_path) -> None:
+    """``scripts/study.py --protocol conf/protocol/verdicts.yaml --phase tune`` on a CPU without bf16 units and
+    without the shim: a usage error naming the way out, and no run folder."""
+    import contextlib
+    import importlib.util
+    import io
+
+    import torch
+
+    import lit_entropy.policy.precision
+    from studies import bf16_via_fp32
+
+    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(lit_entropy.policy.precision, "cpu_half_support", lambda: X86_AVX2)
+    monkeypatch.setattr(bf16_via_fp32, "installed", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = ["--protocol", str(ROOT / "conf" / "protocol" / "verdicts.yaml"), "--phase", "tune", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
+        script.main(args)
+    assert stop.value.code == 2 and "--allow-slow-bf16" in err.getvalue() and "bf16" in err.getvalue()
+    assert not (tmp_path / "tune").exists()
