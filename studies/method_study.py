@@ -7,7 +7,9 @@ last iteration, and the run folder fixed (``<out>/runs/<algo>+<controller>/seed<
 interrupted study resumes: a run whose folder holds ``done.json`` is not run again, an unfinished one continues
 from its ``checkpoints/last.ckpt`` in its folder (or starts over when it has none). A run is done when it exits 0
 *and* printed :data:`~lit_entropy.cli.train.FIT_FINISHED` (its fit returned): a run stopped by a signal that still
-exits 0 keeps its checkpoint and gets ``failed.json`` instead. Runs go seed by seed
+exits 0 keeps its checkpoint and gets ``failed.json`` instead. A run's folder is locked while it runs (:func:`run_lock`,
+held by its training process too), so a study started again while a stopped one's run is still finishing its batch
+skips that run instead of resuming it a second time into the same folder. Runs go seed by seed
 (every cell's seed 0, then every cell's seed 1, ...), so a study cut short still covers every cell.
 
 With ``lanes > 1`` several runs go at once, each pinned to its own share of the CPU cores (affinity, OpenMP
@@ -33,6 +35,7 @@ The figure draws each cell's ``rollout/entropy`` (mean over seeds) against the i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -255,11 +258,37 @@ def run_study(plan: StudyPlan, out: Path, train_script: Path, log=print, lanes: 
     return folders
 
 
+def run_lock(folder: Path) -> int | None:
+    """Take the run folder's lock (``.<name>.lock`` beside it, an exclusive ``flock``): its file descriptor, or None
+    when another process holds it. The training process inherits the descriptor, so the lock lasts while either
+    lives: a run whose study process was killed but whose training process is still finishing is not started twice."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controller: str, seed: int, folder: Path,
              log=print, cores: list[int] | None = None) -> None:
     cmd = train_command(plan, algo, controller, seed, out, train_script, folder)
     where = "" if folder == run_dir(out, algo, controller, seed) else f" in {folder.name}"
     log(f"[study] {cell_name(algo, controller)} seed {seed}{where}" + (f" (cores {cores})" if cores else ""))
+    lock = run_lock(folder)
+    if lock is None:
+        log(f"[study]   skipped: another process is running it ({folder.parent / f'.{folder.name}.lock'} is locked)")
+        return
+    try:
+        _run_locked(plan, train_script, folder, cmd, lock, log=log, cores=cores)
+    finally:
+        os.close(lock)
+
+
+def _run_locked(plan: StudyPlan, train_script: Path, folder: Path, cmd: list[str], lock: int, log=print,
+                cores: list[int] | None = None) -> None:
     last = folder / "checkpoints" / "last.ckpt"
     if last.is_file():  # interrupted after an iteration boundary: continue it in its folder (TensorBoard purges
         log(f"[study]   resuming the unfinished run from {last}")  # what it logged after that boundary)
@@ -273,7 +302,8 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
     stdout = folder / "study_stdout.log"
     start = stdout.stat().st_size if stdout.is_file() else 0  # what this attempt writes comes after
     with open(stdout, "a") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=None if cores is None else lane_env(cores))
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=None if cores is None else lane_env(cores),
+                                pass_fds=(lock,))  # the run holds its folder's lock too
         if cores is not None:  # before the interpreter has started any thread; later threads inherit it
             os.sched_setaffinity(proc.pid, cores)
         proc.wait()

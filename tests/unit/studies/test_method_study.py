@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from studies.method_study import (
     machine,
     parse_cells,
     run_dir,
+    run_lock,
     run_study,
     run_summary,
     summarise,
@@ -239,6 +241,39 @@ def test_a_run_that_exits_0_before_its_fit_returned_is_not_done_and_resumes_from
     run_study(plan, tmp_path, finishing, log=said.append)
     assert any("resuming the unfinished run from" in line for line in said)
     assert (folder / "done.json").exists() and not (folder / "checkpoints").exists()
+
+
+def test_a_run_another_process_holds_is_skipped_and_its_training_process_holds_the_lock(tmp_path: Path) -> None:
+    """Started again while a stopped study's run is still finishing, the study must not resume that run a second
+    time into the same folder: it skips it. The lock lives in the training process as well as in the study's."""
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0, 1])
+    busy, free = run_dir(tmp_path, "grpo", "none", 0), run_dir(tmp_path, "grpo", "none", 1)
+    (busy / "checkpoints").mkdir(parents=True)
+    (busy / "checkpoints" / "last.ckpt").write_text("x")
+    fake = tmp_path / "fake_train.py"  # records whether it holds its folder's lock among its open files
+    fake.write_text(
+        "import os, sys\nfrom pathlib import Path\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "lock = str(d.parent / f'.{d.name}.lock')\n"
+        "held = [f for f in os.listdir('/proc/self/fd') if os.path.realpath(f'/proc/self/fd/{f}') == lock]\n"
+        "(d / 'held.txt').write_text(str(len(held)))\n" + END)
+    other = run_lock(busy)  # another study process's run
+    assert other is not None and run_lock(busy) is None  # a second taker is refused, in this process too
+    said: list[str] = []
+    try:
+        run_study(plan, tmp_path, fake, log=said.append)
+    finally:
+        os.close(other)
+    assert any("skipped: another process is running it" in line for line in said)
+    assert not any("resuming" in line for line in said)
+    assert sorted(p.name for p in busy.iterdir()) == ["checkpoints"]  # untouched: no attempt recorded, no log
+    assert (free / "done.json").exists() and (free / "held.txt").read_text() == "1"
+    assert list(busy.parent.glob("seed0@*")) == []  # the lock is not taken for a pair's second run of the seed
+    mine = run_lock(busy)  # released by both once they ended
+    assert mine is not None
+    os.close(mine)
+    run_study(plan, tmp_path, fake, log=said.append)
+    assert (busy / "done.json").exists()
 
 
 def test_the_end_line_of_an_earlier_attempt_does_not_count_for_a_later_one(tmp_path: Path) -> None:
