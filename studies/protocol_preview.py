@@ -7,7 +7,7 @@ import contextlib
 import json
 from pathlib import Path
 
-from studies.method_study import StudyPlan
+from studies.method_study import StudyPlan, run_dir
 from studies.pair_schedule import here, schedule
 from studies.protocol import Point, Protocol, current_tuning_points, evaluation_points
 
@@ -35,6 +35,7 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             lines.append(f"  {c.method}: control at {c.setting}")
         runs = sum(len(protocol.seeds_of(m)) for m in protocol.methods) + len(protocol.controls) * len(
             protocol.seeds_of(protocol.baseline))
+        runs_left = runs
     else:
         plan = protocol.plan(points, seeds, extra, phase=phase)
         controls = protocol.control_points() if phase == "evaluate" else []
@@ -44,10 +45,18 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             method = f"{p.method} (control)" if p in controls else p.method
             lines.append(f"  {method:<16} {p.setting:<48} {' '.join(shown)}")
         runs = len(plan.runs())
+        folders = [run_dir(out / phase, *run) for run in plan.runs()]
+        finished = sum((f / "done.json").is_file() for f in folders)
+        going = sum(not (f / "done.json").is_file() and (f / "checkpoints" / "last.ckpt").is_file() for f in folders)
+        left = runs - finished
+        if finished or going:
+            lines.append(f"  in {out / phase}: {finished} finished, {going} under way (each resumes from its last "
+                         f"checkpoint), {runs - finished - going} not started")
         if phase == "evaluate" and protocol.interval.pairing == "seed_machine_commit":
             pairing = here(train_script)
             todo = schedule(plan, out / phase, points[0].cell, pairing)
             again = sum("@" in folder.name for *_, folder in todo)
+            left = len(todo)
             lines.append(f"  on {pairing}: {len(todo)} runs to do, {again} of them a seed run again here to pair "
                          "(studies/pair_schedule.py)")
         if phase == "tune":
@@ -59,11 +68,13 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             once = [m.name for m in protocol.methods.values() if not m.tuned]
             if once:
                 lines.append(f"  (one setting, not tuned: {', '.join(once)})")
-    hours = protocol.seconds(runs, phase) / 3600
+        runs_left = left
+    hours = protocol.seconds(runs_left, phase) / 3600
     split = f"{runs // len(seeds)} cells x {len(seeds)} seeds" if runs % len(seeds) == 0 and (
         phase == "tune" or all(len(protocol.seeds_of(m)) == len(seeds) for m in protocol.methods)) else \
         f"each cell on its seeds of {seeds}"
-    lines.append(f"{runs} runs ({split}), about {hours:.1f} h on one core "
+    left_note = f", {runs_left} not finished" if runs_left != runs else ""
+    lines.append(f"{runs} runs ({split}){left_note}, about {hours:.1f} h on one core "
                  f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h for the lab's model "
                  "(SmolLM2 on a 2-core AVX2 machine: about 1.2x one lane's iterations, docs/results.md)")
     return "\n".join(lines)

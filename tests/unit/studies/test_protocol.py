@@ -260,6 +260,25 @@ def test_dry_run_lists_every_cell_with_its_overrides_and_the_cost(tmp_path: Path
     assert "grpo: control at optim.lr=0.0005" in text
 
 
+def test_dry_run_counts_the_finished_runs_and_estimates_only_what_is_left(tmp_path: Path) -> None:
+    """A study restarted in its folder: the dry run says how far it is and estimates the runs not finished."""
+    p = _tiny(tmp_path)
+    out = tmp_path / "out"
+    points = current_tuning_points(p, out / "tune")
+    assert "8 runs (4 cells x 2 seeds), about" in dry_run(p, "tune", out, ROOT / "scripts" / "train.py")
+    done = run_dir(out / "tune", *points[0].cell, 10)
+    done.mkdir(parents=True)
+    (done / "done.json").write_text("{}")
+    going = run_dir(out / "tune", *points[1].cell, 10) / "checkpoints"
+    going.mkdir(parents=True)
+    (going / "last.ckpt").write_text("x")
+    (run_dir(out / "tune", *points[2].cell, 10) / "checkpoints").mkdir(parents=True)  # an empty folder: not started
+    text = dry_run(p, "tune", out, ROOT / "scripts" / "train.py")
+    assert f"in {out / 'tune'}: 1 finished, 1 under way (each resumes from its last checkpoint), 6 not started" in text
+    hours = p.seconds(7, "tune") / 3600
+    assert f"8 runs (4 cells x 2 seeds), 7 not finished, about {hours:.1f} h on one core" in text
+
+
 def test_the_script_takes_the_protocol(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
     script = importlib.util.module_from_spec(spec)
