@@ -14,6 +14,7 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -51,21 +52,39 @@ def format_table(result: dict, header: str) -> str:
     return "\n".join(lines)
 
 
+def split_limit(limit: Any) -> int | dict[str, int] | None:
+    """``eval.limit`` checked: null, a count >= 1, or a mapping ``{split: count}`` (counts >= 0; 0 leaves a split out)
+    that evaluates those splits of a task with splits (``data=arithmetic``), each at its own count."""
+    if limit is None:
+        return None
+    if OmegaConf.is_dict(limit) or isinstance(limit, dict):
+        counts = {str(k): v for k, v in (OmegaConf.to_container(limit) if OmegaConf.is_dict(limit) else limit).items()}
+        bad = {k: v for k, v in counts.items() if not isinstance(v, int) or isinstance(v, bool) or v < 0}
+        if bad or not any(counts.values()):
+            raise ValueError(f"eval.limit={counts}: each split's count must be an integer >= 0, one of them > 0")
+        return counts
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"eval.limit={limit} must be >= 1 (or null, or a mapping of splits to counts)")
+    return limit
+
+
 def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
     """Evaluate the composed config's policy; print the table(s), write ``eval.out``; return the result."""
     ev = cfg.eval
     ks = sorted({int(k) for k in (ev.k if OmegaConf.is_list(ev.k) else [ev.k])})
     if not ks or ks[0] < 1 or ks[-1] > ev.n:
         raise ValueError(f"eval.k={ks}: every k must be in [1, eval.n={ev.n}]")
-    if ev.limit is not None and ev.limit < 1:
-        raise ValueError(f"eval.limit={ev.limit} must be >= 1 (or null)")
+    limit = split_limit(ev.limit)
     t0 = time.perf_counter()
     sampler = build_sampler(cfg)
     dm = instantiate(cfg.data, _partial_=True)(sampler=sampler)  # the prompt source and its formatting
     splits = hasattr(dm.prompts, "eval_splits")
-    prompts = [] if splits else eval_prompts(dm.prompts, ev.limit)
+    if isinstance(limit, dict) and not splits:
+        raise ValueError(f"eval.limit={limit} names splits, but data's {type(dm.prompts).__name__} has none: give a "
+                         "number")
+    prompts = [] if splits else eval_prompts(dm.prompts, limit)
     with tempfile.TemporaryDirectory(prefix="lit-entropy-eval-") as scratch:
-        bundle, policy_desc = build_policy(cfg, model_overridden, Path(scratch))
+        bundle, policy_desc = build_policy(cfg, model_overridden, Path(scratch), prompts=dm.prompts)
         if "HFEngine" in str(cfg.rollout.engine.get("_target_", "")):
             device = "cuda" if ev.device == "auto" and torch.cuda.is_available() else ev.device
             bundle.model.to("cpu" if device == "auto" else device)
@@ -76,7 +95,7 @@ def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
 
         try:
             if splits:
-                result = evaluate_splits(bundle, dm.prompts, sampler, int(ev.limit or 128), n=int(ev.n), ks=ks,
+                result = evaluate_splits(bundle, dm.prompts, sampler, limit or 128, n=int(ev.n), ks=ks,
                                          seed=int(cfg.seed), greedy=bool(ev.greedy),
                                          prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode)
             else:

@@ -52,12 +52,13 @@ def load_checkpoint_weights(model: torch.nn.Module, ckpt: Path, weights: dict[st
         model.tie_weights()
 
 
-def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path, trust_option: str = TRUST_OPTION
-                 ) -> tuple[PolicyBundle, str]:
+def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path, trust_option: str = TRUST_OPTION,
+                 prompts: Any = None) -> tuple[PolicyBundle, str]:
     """The policy bundle and a one-line description of where its weights come from.
 
     The checkpoint (``cfg.ckpt_path``) is read first, weights-only (``cfg.trust_checkpoint``: fully), so a file
-    that is refused costs no model build."""
+    that is refused costs no model build. ``prompts`` (a prompt source), where given, is checked against a model
+    that reads only some prompts (the lab's character model) before anything is built, as training does."""
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
     weights = (checkpoint_policy_weights(ckpt, bool(cfg.get("trust_checkpoint", False)), trust_option)
                if ckpt is not None else None)
@@ -65,6 +66,8 @@ def build_policy(cfg: DictConfig, model_overridden: bool, scratch: Path, trust_o
     spec: Any = instantiate((run_cfg or cfg).model)
     what = f"{type(spec).__name__} from the run config" if run_cfg else f"{type(spec).__name__} (model group)"
     if isinstance(spec, TinyLabPolicy):
+        if prompts is not None:
+            spec.check_prompts(prompts, int(cfg.rollout.max_new_tokens))
         spec.cache_dir = str(cfg.paths.cache_dir)
         if ckpt is not None:  # the checkpoint brings the weights: the architecture only, outside the cache
             ws = spec.warmstart

@@ -13,7 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lit_entropy.evaluation_run import compose_evaluate, main
+from lit_entropy.evaluation_run import compose_evaluate, main, split_limit
 from lit_entropy.policy.models import TinyLabPolicy, WarmStart
 from tests.helpers import ROOT, compose_train
 from tests.integration.test_evaluation import check_result
@@ -94,6 +94,26 @@ def test_argument_errors():
         main(["eval.n=2", "eval.k=[1,4]"])
     with pytest.raises(ValueError, match="eval.limit"):
         main(["eval.limit=0"])
+    with pytest.raises(ValueError, match="names splits"):  # countdown has none
+        main(["eval.limit={held_out:4}", *FAST])
+
+
+@pytest.mark.parametrize("limit", [0, -3, True, 2.5, {"held_out": -1}, {"held_out": 0}, {"held_out": "many"}])
+def test_a_bad_eval_limit_names_itself(limit):
+    with pytest.raises(ValueError, match="eval.limit"):
+        split_limit(limit)
+
+
+def test_eval_limit_is_a_count_or_counts_by_split():
+    assert split_limit(None) is None and split_limit(7) == 7
+    assert split_limit(OmegaConf.create({"held_out": 256, "retention": 64, "tuning": 0})) == \
+        {"held_out": 256, "retention": 64, "tuning": 0}
+
+
+def test_the_lab_model_refuses_prompts_it_cannot_read_before_it_is_built():
+    """model=tiny_countdown on the arithmetic task: the same error as training gives, naming the model to use."""
+    with pytest.raises(ValueError, match="cannot read these prompts.*model=smollm2_135m"):
+        main(["data=arithmetic", *FAST])
 
 
 def test_an_old_eval_key_is_refused_by_name(tmp_path):

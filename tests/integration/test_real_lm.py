@@ -287,3 +287,23 @@ def test_a_short_run_raises_held_out_greedy_pass_at_1(tmp_path, folder):
     greedy = [v for _, v in sorted(read_scalars(tmp_path / "run")["eval/held_out/greedy/pass@1"])]
     assert len(greedy) == 2, greedy
     assert greedy[-1] >= greedy[0] + 0.15, greedy
+
+
+def test_the_evaluation_command_scores_named_splits_at_their_own_sizes(tmp_path, folder):
+    """``scripts/evaluate.py`` with ``eval.limit={split: count}``: the base-model scoring of a study's evaluation
+    (held-out and retention at their own sizes, the tuning split never read), with per-problem counts."""
+    from lit_entropy.evaluation_run import main
+
+    out = tmp_path / "base.json"
+    res = main(["model=smollm2_135m", "data=arithmetic", "data.prompts.task.tuning_share=0.5",
+                "data.prompts.task.retention=true", "rollout=hf", "rollout.max_new_tokens=8", "reward.workers=1",
+                "eval.limit={held_out:2,retention:1}", "eval.n=2", "eval.k=[1,2]", f"paths.cache_dir={CACHE}",
+                f"eval.out={out}"])
+    saved = json.loads(out.read_text())
+    assert list(saved["splits"]) == ["held_out", "retention"]
+    for split, size in (("held_out", 2), ("retention", 1)):
+        sampled, greedy = saved["splits"][split]["sampled"], saved["splits"][split]["greedy"]
+        assert [p["num_samples"] for p in sampled["per_problem"]] == [2] * size
+        assert [p["num_samples"] for p in greedy["per_problem"]] == [1] * size
+        assert 0.0 <= res[f"eval/{split}/sampled/pass@2"] <= 1.0 and f"eval/{split}/greedy/pass@1" in res
+    assert not any(key.startswith("eval/tuning/") for key in res)
