@@ -50,6 +50,25 @@ def tuning_table(picks: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def tuning_columns(protocol: Protocol) -> tuple[str, ...]:
+    """The tuning runs' columns: the criterion's metrics, the greedy score of their split where they read one
+    (``tu_greedy``: sampled and greedy apart), then final entropy, last-20 training accuracy, median seconds an
+    iteration and the dose."""
+    splits = dict.fromkeys(m.split("_", 1)[0] for m in protocol.criterion if "_" in m and pass_k(m))
+    return (*protocol.criterion, *(f"{s}_greedy" for s in splits if f"{s}_greedy" in COLUMNS), "h_final",
+            "acc_last20", "s_per_it_median", "dose")
+
+
+def tuning_runs_table(protocol: Protocol, out: Path) -> str:
+    """Every finished tuning run under ``out`` (the tuning phase's folder) on its own row, at the points the phase
+    runs now (with ``tune.calibrate_first``, the others' at the baseline's pick): what the criterion's one number
+    hides, entropy first. "" when none is finished."""
+    points = current_tuning_points(protocol, out)
+    runs = collect(protocol.plan(points, protocol.tuning_seeds, phase="tune"), out, points)
+    return runs_table(points, runs, tuning_columns(protocol)).replace(
+        "the cell table's columns for each finished run", "each finished tuning run", 1)
+
+
 def nearest_methods(protocol: Protocol, picks: dict[str, Any], out: Path) -> list[str]:
     """``protocol.nearest``'s methods, chosen once from the runs under ``out`` and kept in ``out/nearest.json`` (a
     resumed study keeps its choice); their extra seeds are set on ``protocol.extra_seeds``."""
@@ -345,7 +364,7 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
                       log=log, lanes=lanes)
         picks = pick(protocol, out / "tune")
         (out / "picks.json").write_text(json.dumps(picks, indent=1))
-        report = tuning_table(picks)
+        report = "\n\n".join(x for x in (tuning_table(picks), tuning_runs_table(protocol, out / "tune")) if x)
         (out / "tune.md").write_text(report + "\n")
         return report
     picks = _picks(protocol, out, log)

@@ -575,3 +575,15 @@ def test_the_study_script_refuses_bf16_runs_that_would_crawl_before_any_run(monk
         script.main(args)
     assert stop.value.code == 2 and "--allow-slow-bf16" in err.getvalue() and "bf16" in err.getvalue()
     assert not (tmp_path / "tune").exists()
+
+
+def test_tuning_runs_show_the_criterions_metrics_their_greedy_score_and_entropy() -> None:
+    """The tuning report's run-by-run columns: the criterion's metrics, the greedy score of the split they read
+    (sampled and greedy apart), entropy; a criterion without a split (the lab's) has no greedy column."""
+    from studies.protocol_phases import tuning_columns
+
+    verdicts = load_protocol(ROOT / "conf" / "protocol" / "verdicts.yaml")
+    assert tuning_columns(verdicts) == ("tu_pass@1", "tu_pass@8", "tu_greedy", "h_final", "acc_last20",
+                                        "s_per_it_median", "dose")
+    collapse = load_protocol(ROOT / "conf" / "protocol" / "collapse.yaml")
+    assert "greedy" not in " ".join(tuning_columns(collapse)) and tuning_columns(collapse)[-4] == "h_final"

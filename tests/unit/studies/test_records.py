@@ -290,6 +290,24 @@ def test_the_real_lm_preset_trains_at_the_studys_calibrated_learning_rate(tmp_pa
     assert picked.startswith("optim.lr=") and preset.optim.lr == float(picked.split("=")[1]) == 1e-5
 
 
+def test_the_shipped_verdicts_records_rebuild_the_tuning_report_and_its_table_in_docs_results(tmp_path: Path) -> None:
+    """docs/data/verdicts_tune.md is what the verdicts study's tune phase writes (``<out>/tune.md``: the picks and
+    every finished tuning run) from the shipped records alone, nothing run; docs/results.md's tuning table (between
+    ``<!-- verdicts:tuning -->`` markers) is its run-by-run table. A record added without both fails here."""
+    from studies.protocol import load_protocol
+    from studies.protocol_phases import run_phase
+
+    protocol = load_protocol(ROOT / "conf" / "protocol" / "verdicts.yaml")
+    import_records(ROOT / "docs" / "data" / "verdicts_protocol.json.gz", tmp_path)
+    run_phase(protocol, "tune", tmp_path, ROOT / "scripts" / "train.py", run=False, log=lambda _: None)
+    shipped = (ROOT / "docs" / "data" / "verdicts_tune.md").read_text()
+    assert (tmp_path / "tune.md").read_text() == shipped
+    [runs] = [b for b in shipped.split("\n\n") if b.startswith("| cell | seed | tuning pass@1")]
+    page = (ROOT / "docs" / "results.md").read_text()
+    start = page.index("<!-- verdicts:tuning -->\n") + len("<!-- verdicts:tuning -->\n")
+    assert page[start:page.index("<!-- /verdicts:tuning -->")].rstrip("\n") == runs.rstrip("\n")
+
+
 def test_a_record_keeps_every_methods_dose_tag() -> None:
     """A dose read from a tag the record drops would read *not tested at this dose* once imported."""
     from studies.dose import METHOD_DOSE
