@@ -9,8 +9,10 @@ groups', through the same :class:`~lit_entropy.rollout.sampler.Sampler` as train
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lit_entropy.evaluation import eval_prompts, evaluate, evaluate_splits
+from lit_entropy.evaluation import ChunkStore, eval_prompts, evaluate, evaluate_splits
 from lit_entropy.policy.from_run import build_policy
 from lit_entropy.train import build_sampler
 from lit_entropy.utils.config_path import config_dir
@@ -93,14 +95,15 @@ def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
         def encode(text: str) -> list[int]:
             return dm.encode_prompt(bundle.tokenizer, text)
 
+        store = chunk_store(cfg)
         try:
             if splits:
                 result = evaluate_splits(bundle, dm.prompts, sampler, limit or 128, n=int(ev.n), ks=ks,
                                          seed=int(cfg.seed), greedy=bool(ev.greedy),
-                                         prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode)
+                                         prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode, store=store)
             else:
                 result = evaluate(bundle, prompts, sampler, n=int(ev.n), ks=ks, seed=int(cfg.seed),
-                                  prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode)
+                                  prompts_per_chunk=int(ev.prompts_per_chunk), encode=encode, store=store)
         finally:
             sampler.close()
     engine = str(cfg.rollout.engine._target_).rsplit(".", 1)[-1]
@@ -126,7 +129,27 @@ def run(cfg: DictConfig, model_overridden: bool = False) -> dict:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2))
         print(f"wrote {out}")
+        if store is not None:  # the result holds every chunk now
+            shutil.rmtree(store.folder, ignore_errors=True)
     return result
+
+
+def chunk_store(cfg: DictConfig) -> ChunkStore | None:
+    """``eval.resume`` with ``eval.out``: the finished chunks kept in ``<eval.out>.chunks/`` until the result is
+    written, so that the same command, run again after a kill, samples only the chunks not yet finished. The
+    fingerprint is everything that decides a chunk's results besides its problems: the model, rollout, reward and
+    data groups, the seed, the evaluation's settings and the checkpoint file (its path, size and time)."""
+    ev = cfg.eval
+    if not ev.get("resume", True) or not ev.out:
+        return None
+    parts = {name: OmegaConf.to_container(cfg[name], resolve=True) for name in ("model", "rollout", "reward", "data")}
+    parts["eval"] = {k: v for k, v in OmegaConf.to_container(ev, resolve=True).items() if k not in ("out", "resume")}
+    parts["seed"], parts["ckpt_path"] = int(cfg.seed), cfg.ckpt_path
+    if cfg.ckpt_path and Path(cfg.ckpt_path).is_file():
+        stat = Path(cfg.ckpt_path).stat()
+        parts["ckpt_file"] = [stat.st_size, stat.st_mtime_ns]
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return ChunkStore(Path(str(ev.out) + ".chunks"), digest)
 
 
 USAGE = """usage: lit-entropy-eval [--help] [--cfg {job,hydra,all}] [key=value | group=option ...]

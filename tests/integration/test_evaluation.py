@@ -223,3 +223,72 @@ def test_evaluate_splits_by_name_at_their_own_sizes_with_per_problem_counts(tmp_
     assert held["greedy"]["problem"] == [p.text for p in wanted["held_out"]]
     assert held["greedy"]["num_correct"] == [1] * 5 and held["sampled"]["num_samples"] == [2] * 5
     assert held["sampled"]["num_correct"] == [0] * 5 and len(counts["splits"]["retention"]["greedy"]["problem"]) == 3
+
+
+# ------------------------------------------------------------------------------- an evaluation resumed by chunks
+
+
+class SeededEngine(ScriptedEngine):
+    """Each sample right or wrong by a coin drawn from its call's seed: a chunk's result depends on its seed and
+    problems alone, as with a real engine. ``fail_on_call``: that call raises, as a killed process stops."""
+
+    def __init__(self, fail_on_call: int | None = None):
+        super().__init__([])
+        self.calls, self.fail_on_call = 0, fail_on_call
+
+    def generate(self, prompts, n, sampling, seed, first_index=0):
+        import random
+
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("killed")
+        tok = ByteTok()
+        out = []
+        for ids in prompts:
+            text = tok.decode(ids)
+            answer = int(text.split(":")[1])
+            coins = random.Random(f"{seed}:{text}")
+            per = []
+            for _ in range(n):
+                completion = f"so \\boxed{{{answer if coins.random() < 0.5 else answer + 1}}}"
+                per.append(Generation(tok.encode(completion) + [0], [0.0] * (len(completion) + 1), False))
+            out.append(per)
+        return out
+
+
+def test_a_killed_evaluation_resumes_at_its_first_unfinished_chunk_with_the_uninterrupted_result(tmp_path):
+    from lit_entropy.evaluation import ChunkStore
+
+    prompts = [Prompt(f"{i}:{10 * i}", reference=str(10 * i)) for i in range(10)]
+    bundle = PolicyBundle(model=torch.nn.Linear(1, 1), tokenizer=ByteTok(), path="unused")
+
+    def run(engine, store=None, problems=prompts):
+        sampler = scripted_sampler(engine, mode="inline")
+        try:
+            return evaluate(bundle, problems, sampler, n=4, ks=[1, 4], seed=3, prompts_per_chunk=3, store=store)
+        finally:
+            sampler.close()
+
+    whole = run(SeededEngine())  # 4 chunks: 3 + 3 + 3 + 1 problems
+    assert 0 < whole["eval/accuracy"] < 1
+    store = ChunkStore(tmp_path / "res.json.chunks", fingerprint="this evaluation")
+    with pytest.raises(RuntimeError, match="killed"):
+        run(SeededEngine(fail_on_call=3), store)  # killed while sampling its third chunk
+    assert sorted(p.name for p in store.folder.iterdir()) == ["all-0000.json", "all-0001.json"]
+    engine = SeededEngine()
+    resumed = run(engine, store)
+    assert engine.calls == 2  # the two unfinished chunks only
+    timeless = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
+    assert timeless(resumed) == timeless(whole)
+    assert sorted(p.name for p in store.folder.iterdir()) == [f"all-{j:04d}.json" for j in range(4)]
+    engine = SeededEngine()
+    assert timeless(run(engine, store)) == timeless(whole) and engine.calls == 0  # all read back
+
+    # never a silent mix: another evaluation's chunk, other problems or a half-written file name the file
+    with pytest.raises(ValueError, match=r"all-0000.json holds a chunk of another evaluation"):
+        run(SeededEngine(), ChunkStore(store.folder, fingerprint="another policy"))
+    with pytest.raises(ValueError, match=r"all-0000.json holds a chunk of another evaluation"):
+        run(SeededEngine(), store, [Prompt(f"{i}:{10 * i}", reference=str(10 * i)) for i in range(1, 11)])
+    (store.folder / "all-0001.json").write_text('{"fingerprint": "this eval')
+    with pytest.raises(ValueError, match=r"all-0001.json is not a finished chunk.*delete it"):
+        run(SeededEngine(), store)

@@ -87,6 +87,29 @@ def test_on_a_jsonl_source(tmp_path, lab_policy):
     assert saved["per_problem"][0]["prompt"] == "3,4,2=14:"
 
 
+def test_the_command_keeps_chunks_until_its_result_is_written_and_refuses_another_evaluations(tmp_path, lab_policy):
+    """eval.out=F keeps finished chunks in F.chunks/ while it runs (lit_entropy.evaluation.ChunkStore: a killed
+    evaluation resumes there, test_evaluation.py) and deletes them once F is written; a chunk left by an evaluation
+    of another setting is an error naming it, not a mix."""
+    from lit_entropy.evaluation import ChunkStore
+    from lit_entropy.evaluation_run import chunk_store
+
+    out = tmp_path / "res.json"
+    common = ["data=countdown", "eval.limit=5", "eval.n=2", "eval.k=[1,2]", "eval.prompts_per_chunk=2", *FAST]
+    first = main([*common, f"eval.out={out}"])
+    assert out.is_file() and not Path(str(out) + ".chunks").exists()
+    assert [p["completions"] for p in main(common)["per_problem"]] == [p["completions"] for p in first["per_problem"]]
+    store = chunk_store(compose_evaluate([*common, f"eval.out={out}"]))
+    assert store.folder == Path(str(out) + ".chunks")
+    assert chunk_store(compose_evaluate([*common, f"eval.out={out}", "rollout.temperature=0.5"])).fingerprint \
+        != store.fingerprint
+    assert chunk_store(compose_evaluate(common)) is None  # nothing to resume into without eval.out
+    assert chunk_store(compose_evaluate([*common, f"eval.out={out}", "eval.resume=false"])) is None
+    ChunkStore(store.folder, "an evaluation at another temperature").save(0, "k", {})
+    with pytest.raises(ValueError, match=r"all-0000.json holds a chunk of another evaluation"):
+        main([*common, f"eval.out={out}"])
+
+
 def test_argument_errors():
     with pytest.raises(SystemExit, match="Hydra overrides"):
         main(["--data", "jsonl"])
