@@ -65,10 +65,13 @@ class ScriptedEngine(RolloutEngine):
             index, answer = (int(x) for x in text.split(":"))
             per = []
             for j in range(n):
-                completion = f"so \\boxed{{{answer if j < self.correct[index] else answer + 1}}}"
+                completion = f"so \\boxed{{{answer if self.right(index, j, seed) else answer + 1}}}"
                 per.append(Generation(tok.encode(completion) + [0], [0.0] * (len(completion) + 1), False))
             out.append(per)
         return out
+
+    def right(self, index: int, j: int, seed: int) -> bool:
+        return j < self.correct[index]
 
     def close(self):
         self.closed = True
@@ -237,23 +240,15 @@ class SeededEngine(ScriptedEngine):
         self.calls, self.fail_on_call = 0, fail_on_call
 
     def generate(self, prompts, n, sampling, seed, first_index=0):
-        import random
-
         self.calls += 1
         if self.calls == self.fail_on_call:
             raise RuntimeError("killed")
-        tok = ByteTok()
-        out = []
-        for ids in prompts:
-            text = tok.decode(ids)
-            answer = int(text.split(":")[1])
-            coins = random.Random(f"{seed}:{text}")
-            per = []
-            for _ in range(n):
-                completion = f"so \\boxed{{{answer if coins.random() < 0.5 else answer + 1}}}"
-                per.append(Generation(tok.encode(completion) + [0], [0.0] * (len(completion) + 1), False))
-            out.append(per)
-        return out
+        return super().generate(prompts, n, sampling, seed, first_index)
+
+    def right(self, index: int, j: int, seed: int) -> bool:
+        import random
+
+        return random.Random(f"{seed}:{index}:{j}").random() < 0.5
 
 
 def test_a_killed_evaluation_resumes_at_its_first_unfinished_chunk_with_the_uninterrupted_result(tmp_path):
