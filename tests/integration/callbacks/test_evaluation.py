@@ -90,3 +90,78 @@ def test_named_splits_fail_at_start_up_where_they_cannot_run():
 
     with pytest.raises(ValueError, match="counts must be >= 0, one at least > 0"):
         PeriodicEvalCallback(num_problems={"held_out": 0})
+
+
+def test_a_run_killed_in_its_last_evaluation_resumes_it_from_the_finished_chunks(tmp_path, harness, monkeypatch):
+    """Killed in the last evaluation's third chunk of five, resumed from the checkpoint after iteration 2: the
+    resumed run trains iteration 3 again (the same weights), reads chunks 0 and 1 back and samples chunks 2-4, and
+    its evaluation is the uninterrupted run's. A resume that evaluates otherwise (another temperature) deletes the
+    kept chunks and samples all five."""
+    import json
+
+    import lit_entropy.evaluation as evaluation
+
+    overrides = ["rollout=hf", "callbacks/eval=periodic", "callbacks.eval.every_n_iterations=3",
+                 "callbacks.eval.num_problems=10", "callbacks.eval.n=2", "callbacks.eval.ks=[1,2]",
+                 "callbacks.eval.per_problem=true", "callbacks.eval.prompts_per_chunk=2",
+                 "callbacks.checkpoint.keep_iterations=true"]
+    straight = harness.fit(overrides, tmp_path, name="straight")
+    assert not (straight.run_dir / "eval_chunks").exists()  # deleted once the evaluation is done
+    plain, calls = evaluation._sample_chunk, []
+
+    def sample_chunk(*args, **kwargs):
+        calls.append(args[0][0].text)  # the chunk's first problem
+        if kill_at is not None and len(calls) == kill_at:
+            raise RuntimeError("killed in the evaluation")
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "_sample_chunk", sample_chunk)
+    kill_at = 3
+    with pytest.raises(RuntimeError, match="killed in the evaluation"):
+        harness.fit(overrides, tmp_path, name="killed")
+    run = tmp_path / "killed"
+    kept = sorted(p.name for p in (run / "eval_chunks").glob("*/*.json"))
+    assert kept == ["all-0000.json", "all-0001.json"], kept
+    assert not (run / "eval_problems").exists()
+
+    calls.clear()
+    kill_at = None
+    resumed = harness.fit([*overrides, f"ckpt_path={run / 'checkpoints' / 'iteration-0002.ckpt'}"], tmp_path,
+                          name="killed")
+    problems = json.loads((straight.run_dir / "eval_problems" / "iteration-0003.json").read_text())
+    assert calls == [problems["splits"]["all"]["sampled"]["problem"][i] for i in (4, 6, 8)]
+    assert json.loads((run / "eval_problems" / "iteration-0003.json").read_text()) == problems
+    for tag in ("eval/accuracy", "eval/pass@1", "eval/pass@2"):
+        assert resumed.values(tag)[-1] == straight.values(tag)[-1], tag
+    assert not (run / "eval_chunks").exists()
+
+    calls.clear()
+    kill_at = 3  # again, then a resume that samples the evaluation at another temperature
+    with pytest.raises(RuntimeError, match="killed in the evaluation"):
+        harness.fit(overrides, tmp_path, name="other")
+    calls.clear()
+    kill_at = None
+    harness.fit([*overrides, "callbacks.eval.temperature=0.7",
+                 f"ckpt_path={tmp_path / 'other' / 'checkpoints' / 'iteration-0002.ckpt'}"], tmp_path, name="other")
+    assert len(calls) == 5 and not (tmp_path / "other" / "eval_chunks").exists()
+
+
+def test_the_weights_digest_changes_with_any_one_weight():
+    import torch
+
+    from lit_entropy.callbacks.evaluation import weights_digest
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4)).to(torch.bfloat16)
+    before = weights_digest(model)
+    assert weights_digest(model) == before
+    with torch.no_grad():
+        model[1].bias[2] += 2**-7  # one bf16 step at 1.0 (the bias starts at 0: any change shows)
+    assert weights_digest(model) != before
+
+
+def test_resume_and_chunk_size_are_checked_at_start_up():
+    from lit_entropy.callbacks.evaluation import PeriodicEvalCallback
+
+    with pytest.raises(ValueError, match=r"callbacks.eval.prompts_per_chunk=0 must be >= 1"):
+        PeriodicEvalCallback(prompts_per_chunk=0)
