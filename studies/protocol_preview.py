@@ -13,11 +13,15 @@ from studies.protocol import Point, Protocol, current_tuning_points, evaluation_
 
 
 def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point] | None, list[int]]:
-    """The points and seeds of a phase; for ``evaluate`` before tuning has picked, ``None`` points."""
+    """The points and seeds of a phase; for ``evaluate`` before tuning has picked every method (no ``picks.json``,
+    or one written while tuning runs were unfinished), ``None`` points."""
     if phase == "tune":
         return current_tuning_points(protocol, out / "tune"), protocol.tuning_seeds
     f = out / "picks.json"
-    return (evaluation_points(json.loads(f.read_text()), protocol) if f.is_file() else None), protocol.all_evaluation_seeds()
+    picks = json.loads(f.read_text()) if f.is_file() else {"methods": {}}
+    if any(m not in picks["methods"] for m in protocol.methods):
+        return None, protocol.all_evaluation_seeds()
+    return evaluation_points(picks, protocol), protocol.all_evaluation_seeds()
 
 
 def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = ()) -> str:
@@ -28,7 +32,8 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
     points, seeds = phase_points(protocol, phase, out)
     lines = [f"protocol {protocol.name}, phase {phase}: seeds {seeds}"]
     if points is None:
-        lines.append(f"(no {out / 'picks.json'} yet: evaluate runs each method's pick of its grid)")
+        lines.append(f"(no picks of every method in {out / 'picks.json'} yet: evaluate runs each method's pick of its "
+                     "grid once tuning has finished)")
         for m in protocol.methods.values():
             lines.append(f"  {m.name}: algo={m.algo} callbacks/entropy={m.controller}, one of {len(m.points())} points")
         for c in protocol.control_points():

@@ -320,6 +320,10 @@ def test_a_control_runs_on_the_evaluation_seeds_and_the_report_rejudges_against_
     assert "| clip_cov | pass@8 higher | +0.000 | [-0.0" in report
     text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")
     assert "9 runs (3 cells x 3 seeds)" in text  # before tuning: two picks + the control
+    (tmp_path / "picks.json").write_text(json.dumps({"methods": {"grpo": picks["methods"]["grpo"]},
+                                                     "incomplete": {"clip_cov": ["clip_cov-rho0.01 seed 100"]}}))
+    text = dry_run(p, "evaluate", tmp_path, ROOT / "scripts" / "train.py")  # picked while tuning was unfinished
+    assert "9 runs (3 cells x 3 seeds)" in text and "no picks of every method" in text
 
 
 def test_tuning_has_its_own_length_and_evaluation_and_the_baseline_its_own_seeds(tmp_path: Path) -> None:
