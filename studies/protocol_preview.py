@@ -80,8 +80,9 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
         f"each cell on its seeds of {seeds}"
     left_note = f", {runs_left} not finished" if runs_left != runs else ""
     lines.append(f"{runs} runs ({split}){left_note}, about {hours:.1f} h on one core "
-                 f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {0.55 * hours:.1f} h for the lab's model "
-                 "(SmolLM2 on a 2-core AVX2 machine: about 1.2x one lane's iterations, docs/results.md)")
+                 f"(cost: {protocol.cost}); with --lanes 2 on 2 cores about {hours / 1.8:.1f} h for the lab's model, "
+                 f"{hours / 1.4:.1f}-{hours / 1.1:.1f} h for SmolLM2 on a 2-core AVX2 machine (two lanes do 1.1-1.4x "
+                 "one lane's work there, docs/results.md)")
     return "\n".join(lines)
 
 
