@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", type=Path, default=None, help="a tuning protocol, e.g. conf/protocol/collapse.yaml")
     ap.add_argument("--phase", choices=("tune", "evaluate"), default=None, help="the protocol's phase to run")
     ap.add_argument("--dry-run", action="store_true", help="print the protocol phase's cells and overrides, run nothing")
+    ap.add_argument("--while-tuning", action="store_true",
+                    help="with --phase evaluate: run the evaluation runs of the methods whose setting is final while "
+                         "the other methods' tuning runs go on (the report waits for every pick)")
     ap.add_argument("--check", action="store_true", help="compose and build every cell's config before running")
     ap.add_argument("--allow-slow-bf16", action="store_true",
                     help="run bf16 cells on a CPU without bf16 units even without the bf16-via-fp32 shim (6-12x slower)")
@@ -145,6 +148,8 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
     records_only = args.import_records is not None or args.export_records is not None
     if args.phase is None and not records_only:
         ap.error("--protocol needs --phase tune or --phase evaluate (or --import-records / --export-records)")
+    if args.while_tuning and args.phase != "evaluate":
+        ap.error("--while-tuning goes with --phase evaluate")
     try:
         protocol = load_protocol(args.protocol)
         lane_cores(args.lanes)
@@ -167,14 +172,14 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
         points = protocol.all_points() if points is None or args.phase == "tune" else points
         print(f"checked {check_points(protocol, points, overrides)} cells: every override composes and builds")
     if args.dry_run:
-        print(dry_run(protocol, args.phase, out, train_script, overrides))
+        print(dry_run(protocol, args.phase, out, train_script, overrides, while_tuning=args.while_tuning))
         return 0
     if not args.summarise_only:
         refuse_slow_bf16(protocol.plan(protocol.all_points(), protocol.tuning_seeds, overrides), args, ap)
     out.mkdir(parents=True, exist_ok=True)
     try:
         report = run_phase(protocol, args.phase, out, train_script, lanes=args.lanes, extra=overrides,
-                           run=not args.summarise_only)
+                           run=not args.summarise_only, while_tuning=args.while_tuning)
     except MissingPicks as err:  # no picks.json, and unfinished tuning runs to pick from: a usage error
         ap.error(str(err))
     print(report)

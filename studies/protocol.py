@@ -454,13 +454,16 @@ def _pick_methods(protocol: Protocol, out: Path, picks: dict[str, Any], methods:
         picks["methods"][method] = {**best, "grid": rows}
 
 
-def picked_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
-    """The picked point of each protocol method (the baseline first); a method without a pick fails by name."""
+def picked_points(picks: dict[str, Any], protocol: Protocol, ready_only: bool = False) -> list[Point]:
+    """The picked point of each protocol method (the baseline first); a method without a pick fails by name.
+    ``ready_only``: only the methods that have their pick, which needs the baseline's (the methods still tuning are
+    left out; :func:`waiting_methods` names them)."""
     absent = [m for m in protocol.methods if m not in picks["methods"]]
-    if absent:
+    if absent and (not ready_only or protocol.baseline in absent):
         raise ValueError(f"no pick for {absent} (unfinished tuning: {picks.get('incomplete', {})}); "
                          "run --phase tune to the end first")
-    order = [protocol.baseline, *(m for m in protocol.methods if m != protocol.baseline)]
+    order = [m for m in (protocol.baseline, *(m for m in protocol.methods if m != protocol.baseline))
+             if m not in absent]
     chosen = picks["methods"][protocol.baseline]["overrides"]
     calibrated = [o for o in chosen if o.partition("=")[0] in protocol.calibrate]
 
@@ -471,6 +474,11 @@ def picked_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:
 
     return [Point(m, picks["methods"][m]["point"], picks["methods"][m]["algo"], picks["methods"][m]["controller"],
                   overrides(m)) for m in order]
+
+
+def waiting_methods(picks: dict[str, Any], protocol: Protocol) -> list[str]:
+    """The protocol's methods without a pick yet (their tuning runs, or the baseline's, are unfinished)."""
+    return [m for m in protocol.methods if m not in picks["methods"]]
 
 
 def evaluation_points(picks: dict[str, Any], protocol: Protocol) -> list[Point]:

@@ -27,6 +27,7 @@ from studies.protocol import (
     pass_k,
     pick,
     picked_points,
+    waiting_methods,
 )
 from studies.seed_claims import judge_seed_claims, law_table, seed_claims_table
 from studies.verdicts import IntervalRule, Verdict, judge, verdict_report
@@ -330,6 +331,32 @@ def _run_paired(protocol: Protocol, plan, baseline: tuple[str, str], out: Path, 
     run_study(plan, out, train_script, log=log, lanes=lanes, runs=runs)
 
 
+def evaluate_ready(protocol: Protocol, picks: dict[str, Any], out: Path, train_script: Path, lanes: int = 1,
+                   extra: list[str] = (), log=print, run: bool = True) -> str:
+    """The evaluation runs of the methods that have their pick while the others' tuning goes on: the baseline's
+    (its calibration done) and every method whose grid has finished at it, or that has nothing to tune. A pick is
+    final once its method's tuning runs are finished (the criterion reads those runs only), so these runs are the
+    ones the whole phase would do; they pair by seed, machine and commit as in the whole phase, and the methods
+    still tuning add theirs later, beside the baseline's runs of the same machine and commit. Writes
+    no ``picks.json`` and no report: both wait for every method's pick."""
+    if protocol.nearest:
+        raise ValueError("--while-tuning: a protocol with 'nearest' chooses its extra seeds from every method's runs; "
+                         "run the evaluation phase after tuning")
+    if protocol.baseline not in picks["methods"]:
+        raise MissingPicks(f"--while-tuning: {protocol.baseline} has no pick yet ({picks['incomplete']}); its "
+                           "calibration comes first")
+    points = picked_points(picks, protocol, ready_only=True)
+    waiting = waiting_methods(picks, protocol)
+    plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
+    log(f"[study] evaluating while tuning: {', '.join(p.method for p in points)}; waiting for their tuning: "
+        f"{', '.join(waiting)}")
+    if run:
+        _run_paired(protocol, plan, points[0].cell, out / "evaluate", train_script, log, lanes)
+    return (f"evaluated while tuning: {', '.join(p.method for p in points)} ({len(plan.runs())} runs planned); "
+            f"waiting for their tuning: {', '.join(waiting)}. The report and figure are written by --phase evaluate "
+            "once every method has its pick.")
+
+
 class MissingPicks(ValueError):
     """``picks.json`` is missing and cannot be picked again: a tuning run it reads has not finished."""
 
@@ -351,9 +378,15 @@ def _picks(protocol: Protocol, out: Path, log=print) -> dict[str, Any]:
 
 
 def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lanes: int = 1,
-              extra: list[str] = (), log=print, run: bool = True) -> str:
+              extra: list[str] = (), log=print, run: bool = True, while_tuning: bool = False) -> str:
     """Run one phase (resumable) and write its report; return the report. ``run=False`` runs nothing: the report
-    of the runs finished so far (``scripts/study.py --summarise-only``, e.g. on imported records)."""
+    of the runs finished so far (``scripts/study.py --summarise-only``, e.g. on imported records).
+    ``while_tuning`` (``evaluate`` only): while some methods' tuning runs go on, run the evaluation runs of the
+    methods whose setting is final (:func:`evaluate_ready`); once every method has its pick, the phase as usual."""
+    if phase == "evaluate" and while_tuning:
+        picks = pick(protocol, out / "tune")
+        if waiting_methods(picks, protocol):
+            return evaluate_ready(protocol, picks, out, train_script, lanes, extra, log, run)
     if phase == "tune":
         if run:
             if protocol.tune.get("calibrate_first"):  # the baseline's grid first: the others run at its pick

@@ -9,14 +9,20 @@ from pathlib import Path
 
 from studies.method_study import StudyPlan, run_dir
 from studies.pair_schedule import here, schedule
-from studies.protocol import Point, Protocol, current_tuning_points, evaluation_points
+from studies.protocol import Point, Protocol, current_tuning_points, evaluation_points, pick, picked_points
 
 
-def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point] | None, list[int]]:
+def phase_points(protocol: Protocol, phase: str, out: Path,
+                 while_tuning: bool = False) -> tuple[list[Point] | None, list[int]]:
     """The points and seeds of a phase; for ``evaluate`` before tuning has picked every method (no ``picks.json``,
-    or one written while tuning runs were unfinished), ``None`` points."""
+    or one written while tuning runs were unfinished), ``None`` points. ``while_tuning``: the points of the methods
+    with a pick so far (from the tuning runs under ``out/tune``), ``None`` before the baseline has one."""
     if phase == "tune":
         return current_tuning_points(protocol, out / "tune"), protocol.tuning_seeds
+    if while_tuning:
+        picks = pick(protocol, out / "tune")
+        ready = protocol.baseline in picks["methods"]
+        return (picked_points(picks, protocol, ready_only=True) if ready else None), protocol.all_evaluation_seeds()
     f = out / "picks.json"
     picks = json.loads(f.read_text()) if f.is_file() else {"methods": {}}
     if any(m not in picks["methods"] for m in protocol.methods):
@@ -24,12 +30,13 @@ def phase_points(protocol: Protocol, phase: str, out: Path) -> tuple[list[Point]
     return evaluation_points(picks, protocol), protocol.all_evaluation_seeds()
 
 
-def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = ()) -> str:
+def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra: list[str] = (),
+            while_tuning: bool = False) -> str:
     """What a phase would run, without running it: each cell with its Hydra overrides, the seeds, the count of
-    runs and the protocol's estimate of their time on one core."""
+    runs and the protocol's estimate of their time on one core (``while_tuning``: of the methods with a pick)."""
     from studies.method_study import train_command
 
-    points, seeds = phase_points(protocol, phase, out)
+    points, seeds = phase_points(protocol, phase, out, while_tuning)
     lines = [f"protocol {protocol.name}, phase {phase}: seeds {seeds}"]
     if points is None:
         lines.append(f"(no picks of every method in {out / 'picks.json'} yet: evaluate runs each method's pick of its "
@@ -64,6 +71,10 @@ def dry_run(protocol: Protocol, phase: str, out: Path, train_script: Path, extra
             left = len(todo)
             lines.append(f"  on {pairing}: {len(todo)} runs to do, {again} of them a seed run again here to pair "
                          "(studies/pair_schedule.py)")
+        if while_tuning and phase == "evaluate":
+            waiting = [m for m in protocol.methods if all(p.method != m for p in points)]
+            if waiting:
+                lines.append(f"  (while tuning: waiting for the tuning of {', '.join(waiting)})")
         if phase == "tune":
             later = [m.name for m in protocol.methods.values()
                      if m.tuned and all(p.method != m.name for p in points)]

@@ -389,6 +389,50 @@ def test_calibrate_first_tunes_the_others_at_the_baselines_pick_and_picks_from_t
         _tiny(tmp_path, TINY.replace("name: tiny", "name: tiny\ntune: {calibrate_first: true}"))
 
 
+def test_while_tuning_the_evaluation_runs_the_methods_whose_setting_is_final_and_waits_for_the_rest(
+        tmp_path: Path) -> None:
+    """``--phase evaluate --while-tuning``: nothing before the baseline's calibration; then the baseline and the
+    method with nothing to tune, at the calibrated rate, paired seed by seed, while the tuned method waits; no
+    picks.json or report until every method has its pick, and then the phase as usual."""
+    from studies.pair_schedule import schedule
+    from studies.protocol_phases import MissingPicks, run_phase
+    from studies.protocol_preview import phase_points
+
+    train = ROOT / "scripts" / "train.py"
+    p = _tiny(tmp_path, TINY.replace("name: tiny", "name: tiny\ncalibrate: [optim.lr]\ntune: {calibrate_first: true}")
+              + "  sapo: {}\n")
+    out = tmp_path / "study"
+    with pytest.raises(MissingPicks, match="grpo has no pick yet"):
+        run_phase(p, "evaluate", out, train, run=False, while_tuning=True)
+    lo, hi = p.tuning_points()
+    for seed in (10, 11):
+        _run(run_dir(out / "tune", *lo.cell, seed), 0.3, 0.6)  # the pick
+        _run(run_dir(out / "tune", *hi.cell, seed), 0.2, 0.5)
+    text = run_phase(p, "evaluate", out, train, run=False, while_tuning=True)
+    assert "evaluated while tuning: grpo, sapo (6 runs planned); waiting for their tuning: clip_cov" in text
+    assert not (out / "picks.json").exists() and not (out / "evaluate.md").exists()
+    points, seeds = phase_points(p, "evaluate", out, while_tuning=True)
+    assert [(pt.method, pt.overrides) for pt in points] == [("grpo", ("optim.lr=0.0001",)),
+                                                            ("sapo", ("optim.lr=0.0001",))]
+    todo = schedule(p.plan(points, seeds), out / "evaluate", points[0].cell, "a machine @ a commit")
+    assert [(run[0].partition("@")[0], run[2]) for run in todo] == [(m, k) for k in (0, 1, 2) for m in ("grpo", "sapo")]
+    assert "(while tuning: waiting for the tuning of clip_cov)" in dry_run(p, "evaluate", out, train, while_tuning=True)
+    for pt in current_tuning_points(p, out / "tune")[2:]:  # clip_cov's grid at the pick: then every method has one
+        for seed in (10, 11):
+            _run(run_dir(out / "tune", *pt.cell, seed), 0.2, 0.3)
+    assert "evaluated while tuning" not in run_phase(p, "evaluate", out, train, run=False, while_tuning=True)
+    assert (out / "evaluate.md").is_file()
+
+
+def test_while_tuning_goes_with_the_evaluation_phase_only(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
+        script.main(["--protocol", str(COLLAPSE), "--phase", "tune", "--while-tuning", "--out", str(tmp_path)])
+    assert stop.value.code == 2 and "--while-tuning goes with --phase evaluate" in err.getvalue()
+
+
 def test_the_real_lm_protocol_calibrates_the_step_and_every_cell_composes(tmp_path: Path) -> None:
     """conf/protocol/real_lm.yaml: only GRPO's learning rate is tuned (one tuning seed), its pick goes to every
     method and the fp32 control, GRPO gets five evaluation seeds and the rest three, and every cell composes and
