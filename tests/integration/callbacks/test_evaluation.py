@@ -24,7 +24,8 @@ def test_periodic_eval_logs_pass_at_k(tmp_path, harness):
 
 
 def test_the_evaluation_is_timed_apart_from_the_update(tmp_path, harness, monkeypatch):
-    """An evaluation made 1.5 s slower shows in time/evaluate and not in that iteration's time/update."""
+    """An evaluation made 5 s slower shows in time/evaluate and not in that iteration's time/update (5 s: an
+    update of this run takes 0.2 s on an idle machine and up to 3.4 s measured beside two busy lanes)."""
     import time
 
     import lit_entropy.callbacks.evaluation as periodic
@@ -32,7 +33,7 @@ def test_the_evaluation_is_timed_apart_from_the_update(tmp_path, harness, monkey
     plain = periodic.evaluate  # what the callback calls for the lab's prompts (no evaluation splits)
 
     def slow(*args, **kwargs):
-        time.sleep(1.5)
+        time.sleep(5.0)
         return plain(*args, **kwargs)
 
     monkeypatch.setattr(periodic, "evaluate", slow)
@@ -40,9 +41,9 @@ def test_the_evaluation_is_timed_apart_from_the_update(tmp_path, harness, monkey
                            "callbacks.eval.num_problems=4", "callbacks.eval.n=4", "callbacks.eval.ks=[1,4]"],
                           tmp_path).scalars
     evaluated = dict(scalars["time/evaluate"])
-    assert sorted(evaluated) == [2, 3] and all(v >= 1.5 for v in evaluated.values())
+    assert sorted(evaluated) == [2, 3] and all(v >= 5.0 for v in evaluated.values())
     update = dict(scalars["time/update"])
-    assert all(update[step] < 1.5 for step in evaluated), (update, evaluated)
+    assert all(update[step] < 5.0 for step in evaluated), (update, evaluated)
 
 
 def test_periodic_eval_at_start_logs_the_starting_policy_at_step_0(tmp_path, harness):
@@ -158,6 +159,34 @@ def test_the_weights_digest_changes_with_any_one_weight():
     with torch.no_grad():
         model[1].bias[2] += 2**-7  # one bf16 step at 1.0 (the bias starts at 0: any change shows)
     assert weights_digest(model) != before
+
+
+def test_the_weights_digest_of_a_sharded_model_is_its_whole_weights():
+    """FSDP2 on one rank holds DTensors (no ``.numpy()``): the digest reads their whole tensors and equals the
+    unsharded model's. In a subprocess: it opens a process group."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import os, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from lit_entropy.callbacks.evaluation import weights_digest
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("PORT", "29541"))
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0); sharded = torch.nn.Sequential(torch.nn.Linear(4, 4))
+torch.manual_seed(0); plain = torch.nn.Sequential(torch.nn.Linear(4, 4))
+fully_shard(sharded)
+assert type(next(sharded.parameters())).__name__ == "DTensor"
+print(weights_digest(sharded) == weights_digest(plain))
+dist.destroy_process_group()
+"""
+    from tests.helpers import ROOT
+    from tests.integration.test_several_machines import free_port
+
+    env = {**os.environ, "PORT": str(free_port())}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
 
 
 def test_resume_and_chunk_size_are_checked_at_start_up():
