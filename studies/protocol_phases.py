@@ -387,6 +387,9 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         picks = pick(protocol, out / "tune")
         if waiting_methods(picks, protocol):
             return evaluate_ready(protocol, picks, out, train_script, lanes, extra, log, run)
+        f = out / "picks.json"  # every pick is in: a picks.json the tuning phase wrote before its end is replaced
+        if not f.is_file() or waiting_methods(json.loads(f.read_text()), protocol):
+            f.write_text(json.dumps(picks, indent=1))
     if phase == "tune":
         if run:
             if protocol.tune.get("calibrate_first"):  # the baseline's grid first: the others run at its pick

@@ -417,11 +417,13 @@ def test_while_tuning_the_evaluation_runs_the_methods_whose_setting_is_final_and
     todo = schedule(p.plan(points, seeds), out / "evaluate", points[0].cell, "a machine @ a commit")
     assert [(run[0].partition("@")[0], run[2]) for run in todo] == [(m, k) for k in (0, 1, 2) for m in ("grpo", "sapo")]
     assert "(while tuning: waiting for the tuning of clip_cov)" in dry_run(p, "evaluate", out, train, while_tuning=True)
+    (out / "picks.json").write_text(json.dumps(pick(p, out / "tune")))  # as tuning wrote it, clip_cov unfinished
     for pt in current_tuning_points(p, out / "tune")[2:]:  # clip_cov's grid at the pick: then every method has one
         for seed in (10, 11):
             _run(run_dir(out / "tune", *pt.cell, seed), 0.2, 0.3)
     assert "evaluated while tuning" not in run_phase(p, "evaluate", out, train, run=False, while_tuning=True)
     assert (out / "evaluate.md").is_file()
+    assert list(json.loads((out / "picks.json").read_text())["methods"]) == ["grpo", "clip_cov", "sapo"]
 
 
 def test_while_tuning_goes_with_the_evaluation_phase_only(tmp_path: Path) -> None:
