@@ -600,6 +600,9 @@ def test_the_verdicts_protocol_trains_and_samples_in_bf16() -> None:
 
     p = load_protocol(ROOT / "conf" / "protocol" / "verdicts.yaml")
     assert precisions(p.plan(p.all_points(), p.tuning_seeds)) == {("bf16-mixed", "bfloat16")}
+    start = json.loads((ROOT / p.start).read_text())  # the base model on both splits: the figure's iteration 0
+    for split in ("held_out", "retention"):
+        assert 0 < start[f"eval/{split}/sampled/pass@1"] < start[f"eval/{split}/sampled/pass@64"] <= 1
 
 
 def test_the_study_script_refuses_bf16_runs_that_would_crawl_before_any_run(monkeypatch, tmp_path) -> None:
