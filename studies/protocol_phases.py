@@ -124,9 +124,9 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
     verdicts = _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of)
     legend = dose_legend(list(dose_of.values()))
     other = IntervalRule(kind="t") if protocol.interval.kind == "bootstrap" else IntervalRule()
-    check = _judged(protocol, picks, by_method, by_method[protocol.baseline], other, dose_of)
+    check = _judged(protocol, picks, by_method, by_method[protocol.baseline], other, dose_of, labels_only=True)
     against = [control_line(verdicts, _judged(protocol, picks, by_method, runs.get(c.name, {}), protocol.interval,
-                                              dose_of), protocol.baseline, c)
+                                              dose_of, labels_only=True), protocol.baseline, c)
                for c in controls]
     seeds = ""
     if protocol.seed_claims:
@@ -250,12 +250,14 @@ def lab_table(protocol: Protocol, verdicts: list[Verdict]) -> str:
 
 
 def _judged(protocol: Protocol, picks: dict[str, Any], by_method: dict[str, dict[int, dict[str, Any]]],
-            baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule, dose_of: dict[str, str]) -> list[Verdict]:
-    """Every method's claims against ``baseline_runs`` (the baseline's, or a control's) by ``rule``."""
+            baseline_runs: dict[int, dict[str, Any]], rule: IntervalRule, dose_of: dict[str, str],
+            labels_only: bool = False) -> list[Verdict]:
+    """Every method's claims against ``baseline_runs`` (the baseline's, or a control's) by ``rule``;
+    ``labels_only``: without the problem-level intervals (a check that compares labels)."""
     settings = {m: picks["methods"][m]["setting"] for m in by_method}
     claims = {m: protocol.claims_of(m) for m in by_method}
     return judge({**by_method, protocol.baseline: baseline_runs}, protocol.baseline, claims, rule, settings,
-                 dose_of=dose_of)
+                 dose_of=dose_of, problem_intervals=not labels_only)
 
 
 _REBUILT_VERDICTS: dict[tuple[str, ...], list[Verdict]] = {}
