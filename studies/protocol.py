@@ -176,6 +176,10 @@ class Protocol:
     start: str | None = None
     """A JSON file (path from the checkout's root) of the ``eval/*`` values of the policy every cell starts from
     (``scripts/evaluate.py``'s output), drawn at iteration 0 in the figure where runs do not evaluate at start."""
+    recommend: list[str] = field(default_factory=list)
+    """Metrics of the claims a method must win, each *reproduced* under ``interval``, to be the study's
+    recommendation (:func:`studies.verdicts.recommended`: of several, the most claims reproduced, then the largest
+    mean difference on the first metric); none wins, or the evaluation is unfinished: the baseline."""
     lab: dict[str, str] = field(default_factory=dict)
     """``{protocol: P, records: R}``: another protocol (paths from the checkout's root) whose verdicts, rebuilt from
     its shipped records, the report sets beside this one's on the claims both judged
@@ -193,6 +197,10 @@ class Protocol:
             raise ValueError(f"protocol {self.name}: no tuning_seeds")
         if self.baseline not in self.methods:
             raise ValueError(f"protocol {self.name}: baseline {self.baseline!r} is not one of its methods {list(self.methods)}")
+        claimed = {c.metric for m in self.methods if m != self.baseline for c in self.claims_of(m)}
+        if set(self.recommend) - claimed:
+            raise ValueError(f"protocol {self.name}: recommend {sorted(set(self.recommend) - claimed)} is not a claim "
+                             f"of any method (the claims: {sorted(claimed)})")
         for m in self.methods.values():
             seeds = set(self.seeds_of(m.name))
             if seeds & set(self.tuning_seeds) or len(seeds) < self.min_evaluation_seeds:
@@ -324,7 +332,7 @@ class ProtocolPlan(StudyPlan):
 
 _KEYS = {"name", "methods", "tuning_seeds", "evaluation_seeds", "criterion", "baseline", "claims", "overrides",
          "iterations", "eval", "interval", "out", "min_evaluation_seeds", "cost", "controls", "tune", "calibrate",
-         "columns", "keep_checkpoints", "seed_claims", "nearest", "lab", "start"}
+         "columns", "keep_checkpoints", "seed_claims", "nearest", "lab", "start", "recommend"}
 _METHOD_KEYS = {"algo", "controller", "fixed", "grid", "claims", "evaluation_seeds"}
 
 

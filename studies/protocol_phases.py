@@ -30,7 +30,7 @@ from studies.protocol import (
     waiting_methods,
 )
 from studies.seed_claims import judge_seed_claims, law_table, seed_claims_table
-from studies.verdicts import IntervalRule, Verdict, judge, verdict_report
+from studies.verdicts import IntervalRule, Verdict, judge, recommended, verdict_report
 
 
 def tuning_table(picks: dict[str, Any]) -> str:
@@ -139,11 +139,55 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
         if law:
             seeds += "\n\n**The entropy–performance law per run** (R = −a·exp(H) + b; seed 001):\n\n" + law
     lab = lab_table(protocol, verdicts) if protocol.lab else ""
+    missing = unfinished(protocol.plan(points, protocol.all_evaluation_seeds(), extra), runs)
     blocks = (table.split("\n\n")[0], runs_table([*points, *controls], runs, columns), stopped_line(runs),
               fp32_kernels_line(runs), compute_line(runs), nearest_line(protocol, out), legend, dose_trajectory_table(points, runs, out, protocol.iterations),
               verdict_report(verdicts, protocol.baseline, protocol.interval), sensitivity(verdicts, check, other.kind),
-              *against, seeds, lab)
+              recommendation_line(protocol, verdicts, missing), *against, seeds, lab)
     return "\n\n".join(x for x in blocks if x)
+
+
+def unfinished(plan, runs: dict[str, dict[int, dict[str, Any]]]) -> int:
+    """How many of ``plan``'s runs (a protocol plan: cells ``algo@point``) have no finished run in ``runs``
+    (:func:`studies.protocol.collect`'s point -> seed -> summary)."""
+    return sum(1 for algo, _, seed in plan.runs() if seed not in runs.get(algo.partition("@")[2], {}))
+
+
+def recommendation_line(protocol: Protocol, verdicts: list[Verdict], missing: int) -> str:
+    """The study's recommendation by its declared rule (``recommend``), or why there is none yet: '' for a
+    protocol that declares no rule."""
+    if not protocol.recommend:
+        return ""
+    rule = (f"**The recommendation** (the rule declared in the protocol: a method *reproduced* on "
+            f"{' and '.join(protocol.recommend)}; of several, the most claims reproduced, then the largest mean "
+            f"difference in {protocol.recommend[0]}; none: {protocol.baseline}): ")
+    if missing:
+        return rule + f"none yet, {missing} evaluation run(s) unfinished; until then {protocol.baseline}."
+    chosen = recommended(verdicts, protocol.baseline, protocol.recommend)
+    return rule + (f"**{chosen}**." if chosen != protocol.baseline else f"no method wins: **{chosen}**.")
+
+
+def study_recommendation(protocol_path: Path, records: Path) -> Point:
+    """The picked point the protocol recommends (``recommend``) from its records file alone: the baseline's until
+    every method has its pick and every evaluation run is in (a study under way recommends nothing new), then
+    :func:`studies.verdicts.recommended` on the verdicts. What ``experiment=real_lm`` follows (issue 77)."""
+    from studies.records import import_records
+
+    protocol = load_protocol(protocol_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        import_records(records, Path(tmp))
+        picks = json.loads(json.dumps(pick(protocol, Path(tmp) / "tune")))  # as read back from picks.json
+        points = picked_points(picks, protocol, ready_only=True)
+        plan = protocol.plan(points, protocol.all_evaluation_seeds())
+        runs = collect(plan, Path(tmp) / "evaluate", points)
+    if waiting_methods(picks, protocol) or not protocol.recommend or unfinished(plan, runs):
+        return points[0]
+    by_method = {p.method: runs.get(p.name, {}) for p in points}
+    dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
+    verdicts = _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of,
+                       labels_only=True)
+    chosen = recommended(verdicts, protocol.baseline, protocol.recommend)
+    return next(p for p in points if p.method == chosen)
 
 
 def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], columns: tuple[str, ...]) -> str:

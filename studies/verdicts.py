@@ -320,3 +320,18 @@ def _p(p: float | None) -> str:
 def verdict_report(verdicts: list[Verdict], baseline: str, rule: IntervalRule | None = None) -> str:
     """The rule's text, then the table."""
     return rule_text(baseline, rule) + "\n\n" + verdict_table(verdicts)
+
+
+def recommended(verdicts: list[Verdict], baseline: str, metrics: list[str]) -> str:
+    """The method the verdicts recommend by the declared rule (a protocol's ``recommend``): one *reproduced* on the
+    claim of every metric in ``metrics``; of several, the one with the most of its claims reproduced, then the
+    largest mean difference on the first metric, then the name; where none is, ``baseline``."""
+    by_method: dict[str, dict[str, Verdict]] = {}
+    for v in verdicts:
+        by_method.setdefault(v.method, {})[v.claim.metric] = v
+    winners = [m for m, claims in by_method.items()
+               if all(metric in claims and claims[metric].label == REPRODUCED for metric in metrics)]
+    if not winners:
+        return baseline
+    return min(winners, key=lambda m: (-sum(v.label == REPRODUCED for v in by_method[m].values()),
+                                       -by_method[m][metrics[0]].mean, m))

@@ -135,6 +135,7 @@ def test_a_point_that_fails_to_build_names_itself_and_leaves_hydra_clear(monkeyp
     (("  grpo: {grid: {optim.lr: [1.0e-4, 2.0e-4]}}\n", ""), "baseline 'grpo' is not one of its methods"),
     (("name: tiny", "name: tiny\ncontrols: [optim.lr=1.0e-4]"), "controls entry 'optim.lr=1.0e-4' is not a list"),
     (("name: tiny", "name: tiny\ncontrols: [[optim.lr]]"), "is not a list of key=value overrides"),
+    (("name: tiny", "name: tiny\nrecommend: [pass@1]"), "recommend \\['pass@1'\\] is not a claim of any method"),
 ])
 def test_protocol_errors_name_themselves(tmp_path: Path, change: tuple[str, str], match: str) -> None:
     with pytest.raises(ValueError, match=match):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from lit_entropy.analysis.runs import read_scalars
@@ -273,21 +274,24 @@ def test_the_real_lm_tables_in_docs_results_are_the_shipped_reports() -> None:
         assert on_page(name) == block(prefix), name
 
 
-def test_the_real_lm_preset_trains_at_the_studys_calibrated_learning_rate(tmp_path: Path) -> None:
-    """``experiment=real_lm`` follows the evidence: its learning rate is GRPO's pick of the verdicts protocol's
-    calibration on the tuning split, as the shipped records make it (issue 77); not the first study's, whose
-    calibration read its evaluation problems."""
-    from studies.protocol import load_protocol, pick
-    from studies.records import import_records
+def test_the_real_lm_preset_is_what_the_verdicts_study_recommends(tmp_path: Path) -> None:
+    """``experiment=real_lm`` follows the evidence (issue 77): it is the point the verdicts protocol recommends from
+    the shipped records by its declared rule (``recommend``: a method reproduced on both held-out claims, else GRPO;
+    while the study is unfinished, GRPO), at GRPO's learning rate calibrated on the tuning split, not the first
+    study's, whose calibration read its evaluation problems. Composing the point's algo, controller and overrides
+    on top of the preset changes nothing."""
+    from studies.protocol_phases import study_recommendation
     from tests.helpers import compose_train
 
-    protocol = load_protocol(ROOT / "conf" / "protocol" / "verdicts.yaml")
-    import_records(ROOT / "docs" / "data" / "verdicts_protocol.json.gz", tmp_path)
-    grpo = pick(protocol, tmp_path / "tune")["methods"]["grpo"]
-    assert grpo["point"] == "grpo-lr1e-05", grpo  # all three points of its grid finished, this one best
-    [picked] = grpo["overrides"]
-    preset = compose_train(["experiment=real_lm", "paths.output_dir=unused"])
-    assert picked.startswith("optim.lr=") and preset.optim.lr == float(picked.split("=")[1]) == 1e-5
+    point = study_recommendation(ROOT / "conf" / "protocol" / "verdicts.yaml",
+                                 ROOT / "docs" / "data" / "verdicts_protocol.json.gz")
+    assert point.name == "grpo-lr1e-05"  # GRPO's three learning rates finished, this one best; the study under way
+    preset = ["experiment=real_lm", "paths.output_dir=unused"]
+    algo = point.algo.partition("@")[0]
+    as_is = OmegaConf.to_container(compose_train(preset))
+    with_point = OmegaConf.to_container(compose_train(
+        [*preset, f"algo={algo}", f"callbacks/entropy={point.controller}", *point.overrides]))
+    assert as_is == with_point and as_is["optim"]["lr"] == 1e-5
 
 
 def test_the_shipped_verdicts_records_rebuild_the_tuning_report_and_its_table_in_docs_results(tmp_path: Path) -> None:

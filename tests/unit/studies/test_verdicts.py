@@ -12,9 +12,11 @@ from studies.verdicts import (
     REPRODUCED,
     Claim,
     IntervalRule,
+    Verdict,
     bootstrap_interval,
     judge,
     label,
+    recommended,
     t_interval,
     t_quantile,
     verdict_report,
@@ -154,3 +156,21 @@ def test_sign_flip_report_prints_its_rule_and_the_p_columns() -> None:
     assert "| 0.0039 | 0.0078 | **reproduced** |" in row
     with pytest.raises(ValueError, match="correction"):
         IntervalRule(kind="sign_flip", correction="bonferroni")
+
+
+def _verdict(method: str, metric: str, label_: str, mean: float) -> Verdict:
+    return Verdict(method, Claim(metric), list(range(10)), mean, (mean - 0.01, mean + 0.01), 0.01, label_, "")
+
+
+def test_the_recommendation_is_a_method_reproduced_on_every_named_claim_else_the_baseline() -> None:
+    both = ["ho_pass@1", "ho_pass@64"]
+    one = [_verdict("a", "ho_pass@1", REPRODUCED, 0.05), _verdict("a", "ho_pass@64", NOT_REPRODUCED, 0.02),
+           _verdict("b", "ho_pass@1", NOT_TESTED, 0.09), _verdict("b", "ho_pass@64", REPRODUCED, 0.04)]
+    assert recommended(one, "grpo", both) == "grpo"  # each wins one claim: neither both
+    assert recommended(one, "grpo", ["ho_pass@1"]) == "a"
+    two = [_verdict("c", "ho_pass@1", REPRODUCED, 0.03), _verdict("c", "ho_pass@64", REPRODUCED, 0.02),
+           _verdict("d", "ho_pass@1", REPRODUCED, 0.06), _verdict("d", "ho_pass@64", REPRODUCED, 0.01)]
+    assert recommended(one + two, "grpo", both) == "d"  # both win: the larger pass@1 difference
+    retains = [_verdict("c", "re_pass@1", REPRODUCED, 0.02), _verdict("d", "re_pass@1", NOT_REPRODUCED, 0.0)]
+    assert recommended(one + two + retains, "grpo", both) == "c"  # more of its claims reproduced comes first
+    assert recommended([], "grpo", both) == "grpo"
