@@ -292,6 +292,8 @@ def test_the_real_lm_preset_is_what_the_verdicts_study_recommends(tmp_path: Path
     with_point = OmegaConf.to_container(compose_train(
         [*preset, f"algo={algo}", f"callbacks/entropy={point.controller}", *point.overrides]))
     assert as_is == with_point and as_is["optim"]["lr"] == 1e-5
+    readme = " ".join((ROOT / "README.md").read_text().split())  # and the README recommends nothing yet
+    assert "no method is recommended until the verdicts study" in readme
 
 
 def test_the_shipped_verdicts_records_rebuild_the_tuning_report_and_its_table_in_docs_results(tmp_path: Path) -> None:
