@@ -171,21 +171,11 @@ def study_recommendation(protocol_path: Path, records: Path) -> Point:
     """The picked point the protocol recommends (``recommend``) from its records file alone: the baseline's until
     every method has its pick and every evaluation run is in (a study under way recommends nothing new), then
     :func:`studies.verdicts.recommended` on the verdicts. What ``experiment=real_lm`` follows (issue 77)."""
-    from studies.records import import_records
-
     protocol = load_protocol(protocol_path)
-    with tempfile.TemporaryDirectory() as tmp:
-        import_records(records, Path(tmp))
-        picks = json.loads(json.dumps(pick(protocol, Path(tmp) / "tune")))  # as read back from picks.json
-        points = picked_points(picks, protocol, ready_only=True)
-        plan = protocol.plan(points, protocol.all_evaluation_seeds())
-        runs = collect(plan, Path(tmp) / "evaluate", points)
+    picks, points, plan, runs = _from_records(protocol, records, ready_only=True)
     if waiting_methods(picks, protocol) or not protocol.recommend or unfinished(plan, runs):
         return points[0]
-    by_method = {p.method: runs.get(p.name, {}) for p in points}
-    dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
-    verdicts = _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of,
-                       labels_only=True)
+    verdicts = _records_verdicts(protocol, picks, points, runs, labels_only=True)
     chosen = recommended(verdicts, protocol.baseline, protocol.recommend)
     return next(p for p in points if p.method == chosen)
 
@@ -320,18 +310,29 @@ def records_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
 
 
 def _rebuild_verdicts(protocol_path: Path, records: Path) -> list[Verdict]:
+    protocol = load_protocol(protocol_path)
+    picks, points, _, runs = _from_records(protocol, records)
+    return _records_verdicts(protocol, picks, points, runs)
+
+
+def _from_records(protocol: Protocol, records: Path, ready_only: bool = False):
+    """``(picks, picked points, evaluation plan, collected runs)`` of a protocol from its records file alone
+    (imported into a temporary folder, picked again, nothing run); ``ready_only``: the methods with a pick only."""
     from studies.records import import_records
 
-    protocol = load_protocol(protocol_path)
     with tempfile.TemporaryDirectory() as tmp:
         import_records(records, Path(tmp))
         picks = json.loads(json.dumps(pick(protocol, Path(tmp) / "tune")))  # as read back from picks.json
-        points = picked_points(picks, protocol)
+        points = picked_points(picks, protocol, ready_only=ready_only)
         plan = protocol.plan(points, protocol.all_evaluation_seeds())
-        runs = collect(plan, Path(tmp) / "evaluate", points)
+        return picks, points, plan, collect(plan, Path(tmp) / "evaluate", points)
+
+
+def _records_verdicts(protocol: Protocol, picks: dict[str, Any], points: list[Point],
+                      runs: dict[str, dict[int, dict[str, Any]]], labels_only: bool = False) -> list[Verdict]:
     by_method = {p.method: runs.get(p.name, {}) for p in points}
     dose_of = {p.method: method_of(p.algo, p.controller) for p in points}
-    return _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of)
+    return _judged(protocol, picks, by_method, by_method[protocol.baseline], protocol.interval, dose_of, labels_only)
 
 
 def _from_root(path: str) -> Path:
