@@ -21,6 +21,8 @@ def eval_series(scalars: dict[str, list[tuple[int, float]]], tag: str) -> dict[i
 
 HELD_OUT_SAMPLED = "eval/held_out/sampled/"
 """Where a task with evaluation splits (the real-LM arithmetic) logs its held-out sampled pass@k."""
+RETENTION_SAMPLED = "eval/retention/sampled/"
+"""Where it logs the retention split's (kinds of problems training never draws: what the model forgets)."""
 
 
 def last_eval(scalars: dict[str, list[tuple[int, float]]], tag: str) -> float | None:
@@ -37,25 +39,31 @@ def trade_axes(plan: StudyPlan, prefix: str) -> tuple[str, str] | None:
     return f"{prefix}pass@{min(plan.eval_final_ks)}", f"{prefix}pass@{max(plan.eval_final_ks)}"
 
 
-def eval_prefix(plan: StudyPlan, out: Path) -> str:
-    """``eval/held_out/sampled/`` when the study's runs log a held-out split (disjoint from training), else
-    ``eval/`` (a task without splits), read from the first finished run."""
+def first_run_tags(plan: StudyPlan, out: Path) -> set[str]:
+    """The tags the study's first finished run logged (none yet: empty)."""
     for algo, controller, seed in plan.runs():
         folder = run_dir(out, algo, controller, seed)
         if finished(folder):
-            return HELD_OUT_SAMPLED if any(t.startswith(HELD_OUT_SAMPLED) for t in read_scalars(folder)) else "eval/"
-    return "eval/"
+            return set(read_scalars(folder))
+    return set()
 
 
-def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> None:
+def eval_prefix(plan: StudyPlan, out: Path) -> str:
+    """``eval/held_out/sampled/`` when the study's runs log a held-out split (disjoint from training), else
+    ``eval/`` (a task without splits), read from the first finished run."""
+    return HELD_OUT_SAMPLED if any(t.startswith(HELD_OUT_SAMPLED) for t in first_run_tags(plan, out)) else "eval/"
+
+
+def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> list[str]:
     """Entropy (log scale) and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a
     trailing ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
-    evaluation, a panel each for the smallest and largest k. ``start``: eval values of the
+    evaluation, a panel each for the smallest and largest k (and the retention split's smallest, where the runs log
+    it). ``start``: eval values of the
     policy every cell starts from (e.g. ``scripts/evaluate.py``'s JSON for the warm start), drawn at
     iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
     titles give the seeds per cell. Where the last evaluation has a larger k than the periodic ones, a last panel
     puts each cell's final pass@1 against that pass@k (mean ± sd over seeds, the starting policy as a star): the
-    trade of the one for the other that entropy methods make."""
+    trade of the one for the other that entropy methods make. Returns the panels' titles."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,6 +73,8 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     if plan.eval_every:  # eval pass@k during training: one panel per k, smallest and largest
         prefix = eval_prefix(plan, out)
         tags += [f"{prefix}pass@{k}" for k in dict.fromkeys((min(plan.eval_ks), max(plan.eval_ks)))]
+        if f"{RETENTION_SAMPLED}pass@{min(plan.eval_ks)}" in first_run_tags(plan, out):  # what training costs
+            tags.append(f"{RETENTION_SAMPLED}pass@{min(plan.eval_ks)}")
     trade = trade_axes(plan, eval_prefix(plan, out)) if plan.eval_final_ks else None
     panels = len(tags) + (trade is not None)
     if panels >= 4:  # rows of three, the legend in the slot after the last panel: legible at a page's width
@@ -128,7 +138,8 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     axes[0].set_yscale("log")  # a collapse is a fall by orders of magnitude, and a diverging cell would flatten it
     titles = ["rollout/entropy (nats, log scale)", f"rollout/accuracy, trailing {smooth}-iteration mean"]
     titles += [("held-out (disjoint) sampled " + tag.rsplit("/", 1)[1]) if tag.startswith(HELD_OUT_SAMPLED)
-               else f"eval {tag}" for tag in tags[2:]]
+               else ("retention (kinds never trained) sampled " + tag.rsplit("/", 1)[1])
+               if tag.startswith(RETENTION_SAMPLED) else f"eval {tag}" for tag in tags[2:]]
     for ax, title in zip(axes, titles, strict=False):
         ax.set_title(title + f"; mean over {seeds} seeds", fontsize=10)
         ax.set_xlabel("iteration")
@@ -154,3 +165,4 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
+    return [ax.get_title() for ax in axes]

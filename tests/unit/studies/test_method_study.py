@@ -465,8 +465,8 @@ def test_the_peak_of_pass_at_k_leaves_out_the_at_start_evaluation(tmp_path: Path
     assert s["pass@64_peak"] == pytest.approx(0.6) and s["pass@64"] == pytest.approx(0.5)
 
 
-def test_the_figure_draws_the_held_out_split_where_the_runs_log_one(tmp_path: Path) -> None:
-    from studies.study_plot import HELD_OUT_SAMPLED, eval_prefix, plot
+def test_the_figure_draws_the_held_out_and_retention_splits_where_the_runs_log_them(tmp_path: Path) -> None:
+    from studies.study_plot import HELD_OUT_SAMPLED, RETENTION_SAMPLED, eval_prefix, plot
 
     plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0], eval_every=2, eval_ks=(1, 8))
     assert eval_prefix(plan, tmp_path) == "eval/"  # nothing finished yet
@@ -479,8 +479,15 @@ def test_the_figure_draws_the_held_out_split_where_the_runs_log_one(tmp_path: Pa
     writer.close()
     (folder / "done.json").write_text("{}")
     assert eval_prefix(plan, tmp_path) == HELD_OUT_SAMPLED
-    plot(plan, tmp_path, tmp_path / "study.png")
+    titles = plot(plan, tmp_path, tmp_path / "study.png")
     assert (tmp_path / "study.png").stat().st_size > 10_000
+    assert [t.split(";")[0] for t in titles[2:]] == ["held-out (disjoint) sampled pass@1",
+                                                     "held-out (disjoint) sampled pass@8"]
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    writer.add_scalar(f"{RETENTION_SAMPLED}pass@1", 0.4, 4)  # the kinds training never draws: what it forgets
+    writer.close()
+    titles = plot(plan, tmp_path, tmp_path / "study.png", start={f"{RETENTION_SAMPLED}pass@1": 0.5})
+    assert titles[-1] == "retention (kinds never trained) sampled pass@1; mean over 1 seeds"
 
 
 def test_the_last_panel_puts_final_pass_at_1_against_the_last_evaluations_largest_k(tmp_path: Path) -> None:
