@@ -2,7 +2,7 @@
 9 tuning runs and 90 evaluation runs made by hand, with the tags, per-problem counts and attempts the real runs
 write, then the evaluation phase without running anything (``--summarise-only``). The real runs take hundreds of
 lane-hours; this proves now that their records will give the declared picks, the 24 claims under Holm, the problem
-bootstrap, the pairing and the figure."""
+bootstrap, the pairing, the figure and the recommendation the README and ``experiment=real_lm`` follow."""
 
 from __future__ import annotations
 
