@@ -10,6 +10,7 @@ resumes), then writes ``<out>/study.md`` (mean ± sd over seeds of the
 final entropy, last-5 accuracy, held-out pass@1 and pass@8, band error and seconds per iteration) and
 ``<out>/study.png`` (entropy and accuracy curves; ``--report NAME`` names them NAME.md, NAME.png). ``--summarise-only`` skips running
 (with ``--protocol``: the phase's report of the runs finished so far).
+``--protocol P --progress`` prints where each of the protocol's runs stands and what is left (studies/progress.py).
 ``--export-records FILE`` keeps the finished runs in one small file and ``--import-records FILE`` writes them
 back (studies/records.py), so a study's numbers outlive its ``logs/`` folder.
 """
@@ -72,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--while-tuning", action="store_true",
                     help="with --phase evaluate: run the evaluation runs of the methods whose setting is final while "
                          "the other methods' tuning runs go on (the report waits for every pick)")
+    ap.add_argument("--progress", action="store_true",
+                    help="with --protocol: print where every run of both phases stands (state, iterations, the final "
+                         "evaluation's share done, machine and commit, lane-hours) and an estimate of what is left; "
+                         "run nothing")
     ap.add_argument("--check", action="store_true", help="compose and build every cell's config before running")
     ap.add_argument("--allow-slow-bf16", action="store_true",
                     help="run bf16 cells on a CPU without bf16 units even without the bf16-via-fp32 shim (6-12x slower)")
@@ -146,6 +151,15 @@ def run_protocol(args: argparse.Namespace, overrides: list[str], ap: argparse.Ar
     from studies.records import export_records, import_records
 
     records_only = args.import_records is not None or args.export_records is not None
+    if args.progress:
+        from studies.progress import progress_report
+
+        try:
+            protocol = load_protocol(args.protocol)
+        except ValueError as err:
+            ap.error(str(err))
+        print(progress_report(protocol, args.out or Path(protocol.out)), end="")
+        return 0
     if args.phase is None and not records_only:
         ap.error("--protocol needs --phase tune or --phase evaluate (or --import-records / --export-records)")
     if args.while_tuning and args.phase != "evaluate":
