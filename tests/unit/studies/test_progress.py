@@ -26,23 +26,13 @@ from studies.progress import (
 )
 from studies.protocol import current_tuning_points, load_protocol
 from tests.helpers import ROOT
+from tests.unit.studies.test_protocol import TINY as TWO_ITERATIONS
 
 EVAL = {"num_problems": {"held_out": 256, "retention": 64}, "n": 8, "final_n": 64, "greedy": True,
         "prompts_per_chunk": 64}
 MACHINE = "AMD EPYC | avx2 | 2 cores"
-TINY = """
-name: tiny
-iterations: 4
-eval: {every: 4, n: 8, ks: [1, 8], problems: 4}
-tuning_seeds: [10, 11]
-evaluation_seeds: [0, 1, 2]
-min_evaluation_seeds: 3
-criterion: [pass@1, pass@8]
-claims: [{metric: pass@8, direction: higher}]
-methods:
-  grpo: {grid: {optim.lr: [1.0e-4, 2.0e-4]}}
-  clip_cov: {grid: {algo.selection_args.rho: [0.01, 0.05]}}
-"""
+TINY = TWO_ITERATIONS.replace("iterations: 2\neval: {every: 2,", "iterations: 4\neval: {every: 4,")
+"""test_protocol's tiny protocol (two methods of two points each, tuning seeds 10 and 11) at 4 iterations."""
 
 
 def _run(folder: Path, iterations: int, seconds: float, *, evaluate_s: float | None = None, done: bool = False,
