@@ -49,7 +49,9 @@ class RunProgress:
     started: bool = False
     """An attempt was recorded (or the run finished)."""
     evaluated_share: float | None = None
-    """While the final evaluation runs: the share of its completions in finished chunks (``eval_chunks``)."""
+    """While the final evaluation runs: the share of its completions in finished chunks (``eval_chunks``). The last
+    iteration logs its entropy only after its evaluation, so a run shows as training at N-1 of N until the first
+    chunk is kept (a chunk of the verdicts study's evaluation runs is 64 problems x 64 samples, ~20 minutes here)."""
     completions: int | None = None
     """Completions the final evaluation draws (problems × samples, plus one greedy each), from the run's config."""
     compute_seconds: float = 0.0
