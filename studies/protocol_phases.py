@@ -385,7 +385,9 @@ def evaluate_ready(protocol: Protocol, picks: dict[str, Any], out: Path, train_s
     final once its method's tuning runs are finished (the criterion reads those runs only), so these runs are the
     ones the whole phase would do; they pair by seed, machine and commit as in the whole phase, and the methods
     still tuning add theirs later, beside the baseline's runs of the same machine and commit. Writes
-    no ``picks.json`` and no report: both wait for every method's pick."""
+    no ``picks.json`` and no report: both wait for every method's pick. Returns a line on what runs and waits, and
+    below it every finished evaluation run of the ready methods, one row each (:func:`runs_table`), marked as no
+    claim."""
     if protocol.nearest:
         raise ValueError("--while-tuning: a protocol with 'nearest' chooses its extra seeds from every method's runs; "
                          "run the evaluation phase after tuning")
@@ -399,9 +401,16 @@ def evaluate_ready(protocol: Protocol, picks: dict[str, Any], out: Path, train_s
         f"{', '.join(waiting)}")
     if run:
         _run_paired(protocol, plan, points[0].cell, out / "evaluate", train_script, log, lanes)
-    return (f"evaluated while tuning: {', '.join(p.method for p in points)} ({len(plan.runs())} runs planned); "
+    line = (f"evaluated while tuning: {', '.join(p.method for p in points)} ({len(plan.runs())} runs planned); "
             f"waiting for their tuning: {', '.join(waiting)}. The report and figure are written by --phase evaluate "
             "once every method has its pick.")
+    runs = collect(plan, out / "evaluate", points)
+    table = runs_table(points, runs, tuple(protocol.columns or eval_columns(protocol.eval["ks"])))
+    if not table:
+        return line
+    done = sum(len(seeds) for seeds in runs.values())
+    return (f"{line}\n\n**Finished so far: {done} of {len(plan.runs())} runs, no claim** (the verdicts need every "
+            f"method's pick and every seed; these are single runs):\n\n{table}")
 
 
 class MissingPicks(ValueError):

@@ -394,7 +394,8 @@ def test_while_tuning_the_evaluation_runs_the_methods_whose_setting_is_final_and
         tmp_path: Path) -> None:
     """``--phase evaluate --while-tuning``: nothing before the baseline's calibration; then the baseline and the
     method with nothing to tune, at the calibrated rate, paired seed by seed, while the tuned method waits; no
-    picks.json or report until every method has its pick, and then the phase as usual."""
+    picks.json or report until every method has its pick (a finished run shows as a row, no claim), and then the
+    phase as usual."""
     from studies.pair_schedule import schedule
     from studies.protocol_phases import MissingPicks, run_phase
     from studies.protocol_preview import phase_points
@@ -418,6 +419,11 @@ def test_while_tuning_the_evaluation_runs_the_methods_whose_setting_is_final_and
     todo = schedule(p.plan(points, seeds), out / "evaluate", points[0].cell, "a machine @ a commit")
     assert [(run[0].partition("@")[0], run[2]) for run in todo] == [(m, k) for k in (0, 1, 2) for m in ("grpo", "sapo")]
     assert "(while tuning: waiting for the tuning of clip_cov)" in dry_run(p, "evaluate", out, train, while_tuning=True)
+    assert "Finished so far" not in text
+    _run(run_dir(out / "evaluate", *points[0].cell, 0), 0.4, 0.7)  # the first evaluation run: a row, no claim
+    text = run_phase(p, "evaluate", out, train, run=False, while_tuning=True)
+    assert "**Finished so far: 1 of 6 runs, no claim**" in text and f"| {points[0].name} | 0 | " in text
+    assert not (out / "evaluate.md").exists()
     (out / "picks.json").write_text(json.dumps(pick(p, out / "tune")))  # as tuning wrote it, clip_cov unfinished
     for pt in current_tuning_points(p, out / "tune")[2:]:  # clip_cov's grid at the pick: then every method has one
         for seed in (10, 11):
