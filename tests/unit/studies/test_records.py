@@ -314,6 +314,24 @@ def test_the_shipped_verdicts_records_rebuild_the_tuning_report_and_its_table_in
     assert page[start:page.index("<!-- /verdicts:tuning -->")].rstrip("\n") == runs.rstrip("\n")
 
 
+def test_the_shipped_verdicts_records_rebuild_the_finished_evaluation_runs_in_docs_results(tmp_path: Path) -> None:
+    """docs/results.md's table of the evaluation runs finished so far (between ``<!-- verdicts:evaluation -->``
+    markers) is the run-by-run table the evaluation phase prints from the shipped records, nothing run (while
+    tuning: the ready methods' finished runs, marked no claim; after it: the report's run-by-run block)."""
+    from studies.protocol import load_protocol
+    from studies.protocol_phases import run_phase
+
+    protocol = load_protocol(ROOT / "conf" / "protocol" / "verdicts.yaml")
+    import_records(ROOT / "docs" / "data" / "verdicts_protocol.json.gz", tmp_path)
+    text = run_phase(protocol, "evaluate", tmp_path, ROOT / "scripts" / "train.py", run=False, while_tuning=True,
+                     log=lambda _: None)
+    tables = [b for b in text.split("\n\n") if b.startswith("| cell | seed | ")]
+    expected = tables[0] if tables else "No evaluation run has finished yet."
+    page = (ROOT / "docs" / "results.md").read_text()
+    start = page.index("<!-- verdicts:evaluation -->\n") + len("<!-- verdicts:evaluation -->\n")
+    assert page[start:page.index("<!-- /verdicts:evaluation -->")].rstrip("\n") == expected
+
+
 def test_a_record_keeps_every_methods_dose_tag() -> None:
     """A dose read from a tag the record drops would read *not tested at this dose* once imported."""
     from studies.dose import METHOD_DOSE
