@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="last write every finished run under the out folder to FILE (gzipped JSON, ~8 kB a "
                          "run: studies/records.py); without --phase, only that")
     args = ap.parse_args(argv)
+    if args.progress and args.protocol is None:
+        ap.error("--progress goes with --protocol")
     if args.protocol is not None:
         return run_protocol(args, overrides, ap)
     if not args.algos:

@@ -141,3 +141,7 @@ def test_the_script_prints_the_progress(tmp_path: Path) -> None:
         assert script.main(["--protocol", str(f), "--progress", "--out", str(tmp_path / "out")]) == 0
     assert "# Progress of protocol tiny" in out.getvalue() and "## tune: 0 of 8 runs finished" in out.getvalue()
     assert not (tmp_path / "out").exists()  # reading writes nothing
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stop:
+        script.main(["--algos", "grpo", "--progress"])
+    assert stop.value.code == 2 and "--progress goes with --protocol" in err.getvalue()
