@@ -32,6 +32,7 @@ STUDIES_MAY_IMPORT = {
     "lit_entropy.objectives.registry",  # SELECTION_RULES
     "lit_entropy.train",  # instantiate_callbacks, for a protocol's preview
     "lit_entropy.policy.precision",  # the slow-half-precision warning, for a study's start-up check
+    "lit_entropy.callbacks.evaluation",  # CHUNKS: where a final evaluation keeps its finished chunks (--progress)
 }
 """What ``studies/`` may import of the package (docs/design.md §4): the rest is training internals."""
 
