@@ -133,7 +133,7 @@ def phase_runs(protocol: Protocol, out: Path, phase: str) -> tuple[list[RunProgr
     if points is None:
         return [], list(protocol.methods)
     plan = protocol.plan(points, seeds, phase=phase)
-    iterations = protocol.tune.get("iterations", protocol.iterations) if phase == "tune" else protocol.iterations
+    iterations = protocol.iterations_of(phase)
     rows = []
     for algo, controller, seed in plan.runs():
         folders = [f for f in folders_of(out / phase, algo, controller, seed) if f.is_dir()] or \

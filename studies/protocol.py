@@ -267,6 +267,11 @@ class Protocol:
                              (*base.fixed, *overrides), values))
         return out
 
+    def iterations_of(self, phase: str) -> int:
+        """The iterations a run of ``phase`` declares: ``tune.iterations`` where tuning sets its own, else
+        ``iterations``."""
+        return self.tune.get("iterations", self.iterations) if phase == "tune" else self.iterations
+
     def claims_of(self, method: str) -> list[Claim]:
         own = self.methods[method].claims
         return list(own) if own is not None else list(self.claims)
@@ -275,7 +280,7 @@ class Protocol:
         """The study plan that runs ``points`` on ``seeds`` with ``phase``'s length and evaluation; in ``evaluate``
         a method with its own ``evaluation_seeds`` runs on those of ``seeds`` only."""
         ev = self.phase_eval(phase)
-        iterations = self.tune.get("iterations", self.iterations) if phase == "tune" else self.iterations
+        iterations = self.iterations_of(phase)
         seeds_of = {} if phase == "tune" else {p.cell: [s for s in seeds if s in self.seeds_of(p.method)]
                                                  for p in points if p.method in self.methods}
         return ProtocolPlan(algos=[], controllers=[], seeds=list(seeds), iterations=iterations,
@@ -310,7 +315,7 @@ class Protocol:
     def seconds(self, runs: int, phase: str = "evaluate") -> float:
         """The protocol's estimate of ``runs`` runs of ``phase`` on one core: iterations, plus each periodic
         evaluation (at start, when ``experiment=collapse`` asks for it, and every ``eval.every`` iterations)."""
-        iterations = self.tune.get("iterations", self.iterations) if phase == "tune" else self.iterations
+        iterations = self.iterations_of(phase)
         evals = iterations // self.phase_eval(phase)["every"] + 1
         return runs * (iterations * self.cost["seconds_per_iteration"] + evals * self.cost["seconds_per_evaluation"])
 

@@ -336,6 +336,7 @@ def test_tuning_has_its_own_length_and_evaluation_and_the_baseline_its_own_seeds
     p = _tiny(tmp_path, text)
     tune = p.plan(p.tuning_points(), p.tuning_seeds, phase="tune")
     assert (tune.iterations, tune.eval_n, tune.eval_ks, tune.eval_problems, tune.eval_every) == (5, 16, (1, 8), 2, 5)
+    assert (p.iterations_of("tune"), p.iterations_of("evaluate")) == (5, 2)
     picks = _picks(("grpo", p.tuning_points()[1]), ("clip_cov", p.tuning_points()[2]))
     plan = p.plan(picked_points(picks, p), p.all_evaluation_seeds())
     assert (plan.iterations, plan.eval_n, plan.eval_ks) == (2, 8, (1, 8))
