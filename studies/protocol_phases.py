@@ -180,6 +180,14 @@ def study_recommendation(protocol_path: Path, records: Path) -> Point:
     return next(p for p in points if p.method == chosen)
 
 
+def every_run(runs: dict[str, dict[int, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(cell, seed's name, summary) of every finished run, in cell and seed order: each seed's first run, then its
+    ``alternates`` (the seed run again on another machine, named ``<seed> (<folder>)``)."""
+    return [(cell, f"{seed} ({s['folder']})" if "folder" in s else f"{seed}", s)
+            for cell, seeds in sorted(runs.items()) for seed, first in sorted(seeds.items())
+            for s in (first, *first.get("alternates", ()))]
+
+
 def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], columns: tuple[str, ...]) -> str:
     """Every finished run on its own row (cell in the protocol's order, then seed): the cell table's means hide
     which seed did what, and a run the stop rule ended or a cell whose seeds disagree shows here. ""
@@ -240,8 +248,8 @@ def dose_trajectory_table(points: list[Point], runs: dict[str, dict[int, dict[st
 def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     """The runs ``callbacks/stop=diverged`` ended early (each summary's ``stopped_at``), or "" when none was: their
     columns are read at the stop, the final evaluation included."""
-    stopped = [f"{cell} seed {seed} after iteration {s['stopped_at']}" for cell, seeds in sorted(runs.items())
-               for seed, s in sorted(seeds.items()) if s.get("stopped_at") is not None]
+    stopped = [f"{cell} seed {seed} after iteration {s['stopped_at']}" for cell, seed, s in every_run(runs)
+               if s.get("stopped_at") is not None]
     if not stopped:
         return ""
     return ("**Stopped as diverged** (`callbacks/stop=diverged`; their columns are read at the stop, the final "
@@ -251,8 +259,7 @@ def stopped_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
 def fp32_kernels_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     """The runs whose bf16 linear layers ran through fp32 kernels (each summary's ``bf16_via_fp32``), or "" when
     none did."""
-    marked = [f"{cell} seed {seed}" for cell, seeds in sorted(runs.items())
-              for seed, s in sorted(seeds.items()) if s.get("bf16_via_fp32")]
+    marked = [f"{cell} seed {seed}" for cell, seed, s in every_run(runs) if s.get("bf16_via_fp32")]
     if not marked:
         return ""
     return ("**bf16 linear layers through fp32 kernels** (on a CPU without bf16 units, `studies/bf16_via_fp32.py`: "
@@ -261,11 +268,12 @@ def fp32_kernels_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
 
 
 def compute_line(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
-    """The compute of the finished runs (each summary's ``compute_seconds``), in total and per cell, or ""
-    when no run logged its stage times."""
-    cells = {cell: [s["compute_seconds"] for s in seeds.values() if s.get("compute_seconds") is not None]
-             for cell, seeds in sorted(runs.items())}
-    cells = {cell: secs for cell, secs in cells.items() if secs}
+    """The compute of the finished runs (each summary's ``compute_seconds``; a seed run again on another machine
+    counts too), in total and per cell, or "" when no run logged its stage times."""
+    cells: dict[str, list[float]] = {}
+    for cell, _, s in every_run(runs):
+        if s.get("compute_seconds") is not None:
+            cells.setdefault(cell, []).append(s["compute_seconds"])
     if not cells:
         return ""
     total = sum(sum(secs) for secs in cells.values())

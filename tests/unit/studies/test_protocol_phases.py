@@ -15,7 +15,15 @@ from torch.utils.tensorboard import SummaryWriter
 from studies.method_study import run_dir
 from studies.pairs import pass_at_k
 from studies.protocol import load_protocol, pick, picked_points
-from studies.protocol_phases import recommendation_line, run_phase, study_recommendation
+from studies.protocol_phases import (
+    compute_line,
+    every_run,
+    fp32_kernels_line,
+    recommendation_line,
+    run_phase,
+    stopped_line,
+    study_recommendation,
+)
 from studies.records import export_records
 from tests.helpers import CONF, ROOT
 
@@ -144,3 +152,17 @@ def test_the_verdicts_study_s_records_give_its_declared_report(tmp_path: Path) -
                                                          "until then grpo.")
     export_records(tmp_path, tmp_path / "records.json.gz")
     assert study_recommendation(VERDICTS, tmp_path / "records.json.gz").name == "grpo-lr1e-05"
+
+
+def test_a_seed_run_again_on_another_machine_counts_in_the_report_lines() -> None:
+    """A seed's run on a second machine (``alternates``) is a run: its compute adds to the study's, and a flag it
+    carries (the fp32 kernels, a stop) names it by its folder; the first run keeps its plain seed."""
+    again = {"folder": "seed0@ab12cd34", "compute_seconds": 1800.0, "bf16_via_fp32": False, "stopped_at": 7}
+    runs = {"grpo": {0: {"compute_seconds": 3600.0, "bf16_via_fp32": True, "alternates": [again]}},
+            "dapo": {1: {"compute_seconds": 900.0}}}
+    assert [(cell, seed) for cell, seed, _ in every_run(runs)] == [("dapo", "1"), ("grpo", "0"),
+                                                                   ("grpo", "0 (seed0@ab12cd34)")]
+    assert compute_line(runs).endswith("3 runs, 1.8 lane-hours (dapo 0.2 h over 1; grpo 1.5 h over 2).")
+    assert fp32_kernels_line(runs).endswith("the rest of the run as declared): grpo seed 0.")
+    assert stopped_line(runs).endswith(": grpo seed 0 (seed0@ab12cd34) after iteration 7.")
+
