@@ -524,6 +524,14 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
         if summary is not None:
             summary["dose"] = method_dose(method_of(algo, controller), summary)
             cells.setdefault(cell_name(algo, controller), []).append(summary)
+    return cell_table(cells, columns, sort_by), cells
+
+
+def cell_table(cells: dict[str, list[dict]], columns: tuple[str, ...] = DEFAULT_COLUMNS,
+               sort_by: str = "acc_last5") -> str:
+    """The Markdown table of ``cells`` (cell name ``algo+controller`` -> its runs' summaries): one row per cell,
+    highest ``sort_by`` first, each column the mean ± SD over the cell's runs (the dose its own cell), then the
+    dose legend."""
     unknown = (set(columns) | {sort_by}) - set(COLUMNS)
     if unknown:
         raise ValueError(f"unknown study columns {sorted(unknown)}; the columns are {list(COLUMNS)}")
@@ -541,7 +549,7 @@ def summarise(plan: StudyPlan, out: Path, columns: tuple[str, ...] = DEFAULT_COL
             dose_cell(method_of(algo, controller), [r[key] for r in rows]) if key == "dose"
             else _mean_sd([r[key] for r in rows]) for key in columns) + " |")
     legend = dose_legend([method_of(*cell.rsplit("+", 1)) for cell in order]) if "dose" in columns else ""
-    return "\n".join(lines) + (f"\n\n{legend}" if legend else ""), cells
+    return "\n".join(lines) + (f"\n\n{legend}" if legend else "")
 
 
 def moving_mean(xs: list[float], window: int) -> list[float]:

@@ -378,9 +378,10 @@ def criterion_score(summary: dict[str, Any], metrics: list[str]) -> float | None
 
 def collect(plan: StudyPlan, out: Path, points: list[Point]) -> dict[str, dict[int, dict[str, Any]]]:
     """Point name -> seed -> run summary (with the method's ``dose``), over the finished runs. A seed run again on
-    another machine (``seed{k}@…``, :mod:`studies.pair_schedule`) is in its first finished run's ``alternates``, each
-    with its ``folder``: the cell's table reads the first, :func:`studies.verdicts.judge` whichever pairs."""
-    got: dict[str, dict[int, dict[str, Any]]] = {}
+    another machine (``seed{k}@…``, :mod:`studies.pair_schedule`) has its runs in one of them and its ``alternates``,
+    each with its ``folder``: in front, read by the cell's table, the run that pairs with the most runs of the other
+    cells' same seed (:func:`_primary_first`); :func:`studies.verdicts.judge` takes whichever pairs."""
+    got: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for p in points:
         for seed in plan.seeds:
             summaries = []
@@ -392,10 +393,26 @@ def collect(plan: StudyPlan, out: Path, points: list[Point]) -> dict[str, dict[i
                         summary["folder"] = folder.name
                     summaries.append(summary)
             if summaries:
-                got.setdefault(p.name, {})[seed] = summaries[0]
-                if len(summaries) > 1:
-                    summaries[0]["alternates"] = summaries[1:]
-    return got
+                got.setdefault(p.name, {})[seed] = summaries
+    return {name: {seed: _primary_first(name, seed, summaries, got) for seed, summaries in seeds.items()}
+            for name, seeds in got.items()}
+
+
+def _primary_first(name: str, seed: int, summaries: list[dict[str, Any]],
+                   got: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """The run of one cell's seed that the cell's table reads, with the others in its ``alternates``: the run that
+    shares its machine and commit (``pairing``) with the most runs of the other cells' same seed (the runs the
+    verdicts pair it with), the first finished on a tie. Without it a seed run on a second machine for its pairs
+    would leave the table reading the first machine's run, which pairs with nothing."""
+    def partners(summary: dict[str, Any]) -> int:
+        key = summary.get("pairing")
+        return 0 if key is None else sum(1 for other, seeds in got.items() if other != name
+                                         for s in seeds.get(seed, ()) if s.get("pairing") == key)
+
+    primary = max(summaries, key=partners)  # max keeps the first of equals
+    if len(summaries) > 1:
+        primary["alternates"] = [s for s in summaries if s is not primary]
+    return primary
 
 
 def calibrated_values(protocol: Protocol, picks: dict[str, Any]) -> tuple[tuple[str, Any], ...] | None:

@@ -116,3 +116,30 @@ def test_the_schedule_runs_through_the_study_and_the_report_sees_both_runs_of_a_
     only = collect(plan, tmp_path, [Point("grpo", "g", "grpo", "none", ())])["g"][0]
     assert only["folder"] == second.name and "alternates" not in only
 
+
+
+def _logged(folder: Path, pairing: str, entropy: float) -> None:
+    """A finished run on ``pairing``'s machine and commit that logged one iteration."""
+    _started(folder, pairing, done=True)
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    writer.add_scalar("rollout/entropy", entropy, 0)
+    writer.add_scalar("rollout/accuracy", 0.5, 0)
+    writer.close()
+
+
+def test_the_run_in_front_of_a_seed_is_the_one_its_pairs_share_a_machine_with(tmp_path: Path) -> None:
+    """The baseline's seed 0 ran on B, then again on A where the method's seed 0 ran: the A run is in front (the one
+    the cell table reads), B's is its alternate; with the method's run on B as well, the tie keeps the first."""
+    base, method = ("grpo@g", "none"), ("dapo@d", "none")
+    plan = StudyPlan(algos=["grpo@g", "dapo@d"], controllers=["none"], seeds=[0])
+    points = [Point("grpo", "g", "grpo", "none", ()), Point("dapo", "d", "dapo", "none", ())]
+    first = run_dir(tmp_path, *base, 0)
+    _logged(first, B, 0.9)
+    _logged(pair_folder(first, A), A, 0.4)
+    _logged(run_dir(tmp_path, *method, 0), A, 0.3)
+    front = collect(plan, tmp_path, points)["g"][0]
+    assert front["pairing"] == A and front["folder"] == pair_folder(first, A).name
+    assert [(s["pairing"], "folder" in s, "alternates" in s) for s in front["alternates"]] == [(B, False, False)]
+    _logged(pair_folder(run_dir(tmp_path, *method, 0), B), B, 0.3)  # the method's seed on B too: one partner each
+    front = collect(plan, tmp_path, points)["g"][0]
+    assert front["pairing"] == B and [s["pairing"] for s in front["alternates"]] == [A]

@@ -7,12 +7,14 @@ bootstrap, the pairing, the figure and the recommendation the README and ``exper
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from studies.method_study import run_dir
+from studies.pair_schedule import pair_folder
 from studies.pairs import pass_at_k
 from studies.protocol import load_protocol, pick, picked_points
 from studies.protocol_phases import (
@@ -140,6 +142,18 @@ def test_the_verdicts_study_s_records_give_its_declared_report(tmp_path: Path) -
     assert all(r[7].startswith("[") for r in rows.values())
     assert (tmp_path / "evaluate.md").read_text() == report + "\n"
     assert (tmp_path / "evaluate.png").stat().st_size > 10_000
+    # GRPO's seed 0 run first on another machine (its plain folder), then here beside the methods (seed0@…): the
+    # cell table reads the run here, the one the verdicts pair, and the report's cells and verdicts stay as they were
+    seed0 = run_dir(tmp_path / "evaluate", *picked_points(picks, protocol)[0].cell, 0)
+    shutil.move(seed0, pair_folder(seed0, f"{HERE[0]['machine']} @ {HERE[0]['commit']}"))
+    _run(seed0, {"held_out": (ease["held_out"], 0.3, 64), "retention": (ease["retention"], 0.3, 64)}, 0, {},
+         [{"machine": "Intel Xeon | amx_tile | 2 cores", "commit": "1d431ff"}])
+    again = run_phase(protocol, "evaluate", tmp_path, ROOT / "scripts" / "train.py", run=False)
+    assert again.split("\n\n")[0] == report.split("\n\n")[0]  # the cell table
+    block = lambda text: text[text.index("| method | setting | dose | claim |"):].split("\n\n")[0]  # noqa: E731
+    assert block(again) == block(report)  # the verdicts
+    shutil.rmtree(seed0)
+    shutil.move(pair_folder(seed0, f"{HERE[0]['machine']} @ {HERE[0]['commit']}"), seed0)
     # the declared recommendation: dapo_kl_cov and stare win both held-out claims, dapo_kl_cov by the larger pass@1
     assert "then the largest mean difference in ho_pass@1; none: grpo): **dapo_kl_cov**." in report
     export_records(tmp_path, tmp_path / "records.json.gz")
