@@ -184,12 +184,17 @@ def study_recommendation(protocol_path: Path, records: Path) -> Point:
     return next(p for p in points if p.method == chosen)
 
 
+def seed_runs(seed: int, front: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, summary) of each run of one cell's seed: the run in front (:func:`studies.protocol.collect`), then its
+    ``alternates``; a run in a ``seed{k}@…`` folder (the seed run again on another machine) is named
+    ``<seed> (<folder>)``, the plain folder's run ``<seed>``."""
+    return [(f"{seed} ({s['folder']})" if "folder" in s else f"{seed}", s) for s in (front, *front.get("alternates", ()))]
+
+
 def every_run(runs: dict[str, dict[int, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(cell, seed's name, summary) of every finished run, in cell and seed order: each seed's first run, then its
-    ``alternates`` (the seed run again on another machine, named ``<seed> (<folder>)``)."""
-    return [(cell, f"{seed} ({s['folder']})" if "folder" in s else f"{seed}", s)
-            for cell, seeds in sorted(runs.items()) for seed, first in sorted(seeds.items())
-            for s in (first, *first.get("alternates", ()))]
+    """(cell, seed's name, summary) of every finished run, in cell and seed order (:func:`seed_runs`)."""
+    return [(cell, name, s) for cell, seeds in sorted(runs.items()) for seed, front in sorted(seeds.items())
+            for name, s in seed_runs(seed, front)]
 
 
 def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], columns: tuple[str, ...]) -> str:
@@ -202,11 +207,10 @@ def runs_table(points: list[Point], runs: dict[str, dict[int, dict[str, Any]]], 
     lines = ["**Run by run** (the cell table's columns for each finished run):", "",
              "| cell | seed | " + " | ".join(COLUMNS[k] for k in keys) + " |", "|" + "---|" * (2 + len(keys))]
     for p in points:
-        for seed, first in sorted(runs.get(p.name, {}).items()):
-            for s in (first, *first.get("alternates", ())):  # a seed run again on another machine: its own row
+        for seed, front in sorted(runs.get(p.name, {}).items()):
+            for name, s in seed_runs(seed, front):  # a seed run again on another machine: its own row
                 cells = [dose_cell(method_of(p.algo, p.controller), [s.get(k)]) if k == "dose"
                          else "—" if s.get(k) is None else f"{s[k]:.3f}" for k in keys]
-                name = f"{seed} ({s['folder']})" if "folder" in s else f"{seed}"
                 lines.append(f"| {p.name} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) if len(lines) > 4 else ""
 
