@@ -10,14 +10,15 @@ The estimate is arithmetic on measured rates, not a promise: the iterations left
 seconds an iteration (a run not started: the median of its algorithm's runs in the phase, else of the phase's), and
 the completions left in final evaluations times the median seconds a completion of the finished runs' final
 evaluations. Both rates carry whatever ran beside the lanes when they were measured, and an interrupted attempt's
-lost work is in neither the compute logged nor the estimate.
+lost work is in neither the compute logged nor the estimate. Where runs finished on several machines, the estimate
+is given again at each machine's pace alone (:func:`by_machine`).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,27 @@ def seconds_per_completion(runs: list[RunProgress]) -> float | None:
                     if r.final_evaluation_seconds and r.completions])
 
 
+def machine_of(run: RunProgress) -> str | None:
+    """The machine of a run's attempts (its pairing without the commit), None before its first."""
+    return None if run.pairing is None else run.pairing.rpartition(" @ ")[0]
+
+
+def by_machine(runs: list[RunProgress], every: list[RunProgress]) -> list[tuple[str, int, float]]:
+    """(machine, runs finished there, lane-hours) of what ``runs`` have left as if every one of them ran on that
+    machine, for each machine with a finished run among ``every``: its median pace an iteration per algorithm and a
+    completion, where a run under way elsewhere borrows the pace too. A study that moves machines (an AVX2 one
+    through the fp32 shim, another with native bf16, three times faster) plans with the machine it has."""
+    out = []
+    for machine in sorted({m for r in every if r.finished and (m := machine_of(r))}):
+        there = [r for r in every if machine_of(r) == machine]
+        per_completion = seconds_per_completion(there)
+        if per_completion is None:
+            continue
+        moved = [r if machine_of(r) == machine else replace(r, seconds_per_iteration=None) for r in runs]
+        out.append((machine, sum(r.finished for r in there), seconds_left(moved, per_completion, there)[0] / 3600))
+    return out
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")  # a machine's name has bars ("AMD EPYC | avx2 | 2 cores")
 
@@ -237,6 +259,9 @@ def progress_report(protocol: Protocol, out: Path) -> str:
             rate = (f"{per_completion:.2f} s a completion, the median of the finished runs' final evaluations"
                     if per_completion else "no finished run's final evaluation to time, so none of them counted")
             besides = " (the runs waiting for their tuning besides)" if waiting else ""
+            moved = len({machine_of(r) for r in every if r.finished} - {None}) > 1  # the pace logged mixes them
+            each = "".join(f"; {hours:.0f} at the pace of {machine} alone ({n} run{'s' * (n > 1)} finished there)"
+                           for machine, n, hours in by_machine(runs, every)) if moved else ""
             lines += [f"Left{besides}: {iterations:,} iterations and {completions:,} completions in final "
-                      f"evaluations, about {seconds / 3600:.0f} lane-hours at the pace logged ({rate}).", ""]
+                      f"evaluations, about {seconds / 3600:.0f} lane-hours at the pace logged ({rate}){each}.", ""]
     return "\n".join(lines).rstrip() + "\n"

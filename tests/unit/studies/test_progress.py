@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from lit_entropy.callbacks.evaluation import CHUNKS
 from studies.method_study import run_dir
 from studies.progress import (
     RunProgress,
+    by_machine,
     chunk_completions,
     final_completions,
     progress_report,
@@ -110,6 +112,26 @@ def test_what_is_left_is_the_iterations_and_completions_at_the_measured_rates() 
     assert seconds_left(runs, None)[0] == pytest.approx(6 * 60 + 10 * 90 + 10 * 60)  # no evaluation timed yet
 
 
+def test_what_is_left_at_each_machines_pace_moves_every_run_there() -> None:
+    """Two machines, one three times faster: each estimate runs everything left at that machine's pace, a run
+    under way on the other machine included; a machine whose finished runs timed no final evaluation gives none."""
+    slow, fast = "AMD EPYC | avx2 | 2 cores", "AMD EPYC | avx512_bf16 | 2 cores"
+    runs = [
+        RunProgress("a/seed0", "grpo", 10, logged=10, finished=True, pairing=f"{slow} @ c1", completions=100,
+                    seconds_per_iteration=150.0, final_evaluation_seconds=30.0),
+        RunProgress("a/seed0@x", "grpo", 10, logged=10, finished=True, pairing=f"{fast} @ c1", completions=100,
+                    seconds_per_iteration=50.0, final_evaluation_seconds=10.0),
+        RunProgress("b/seed0", "grpo", 10, logged=4, started=True, pairing=f"{slow} @ c1", completions=100,
+                    seconds_per_iteration=160.0),
+        RunProgress("b/seed1", "grpo", 10),
+    ]
+    assert by_machine(runs, runs) == [
+        (slow, 1, pytest.approx((6 * 160 + 100 * 0.3 + 10 * 155 + 100 * 0.3) / 3600)),
+        (fast, 1, pytest.approx((6 * 50 + 100 * 0.1 + 10 * 50 + 100 * 0.1) / 3600))]  # in name order
+    untimed = [replace(r, final_evaluation_seconds=None) if r.name == "a/seed0" else r for r in runs]
+    assert [m for m, _, _ in by_machine(untimed, untimed)] == [fast]
+
+
 def test_the_report_counts_each_phase_and_names_what_waits(tmp_path: Path) -> None:
     f = tmp_path / "tiny.yaml"
     f.write_text(TINY)
@@ -126,7 +148,7 @@ def test_the_report_counts_each_phase_and_names_what_waits(tmp_path: Path) -> No
     assert f"{points[0].cell[0]}+{points[0].cell[1]} seed 11;" in text  # the not started, by cell
     # left: 2 iterations at 40 s, 6 runs x 4 at the median pace (30 and 40: 35 s), 7 x 36 completions at 0.5 s
     assert "Left: 26 iterations and 252 completions in final evaluations, about 0 lane-hours" in text
-    assert "(0.50 s a completion, the median of the finished runs' final evaluations)" in text
+    assert "(0.50 s a completion, the median of the finished runs' final evaluations)." in text  # one machine
     assert "## evaluate: 0 of 0 runs finished" in text and "waiting for their tuning: grpo, clip_cov" in text
 
 
