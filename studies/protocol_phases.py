@@ -9,12 +9,13 @@ import hashlib
 import json
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from studies.dose import dose_cell, dose_legend, dose_series, method_of, window_means
 from studies.lab_to_real import compare_verdicts
-from studies.method_study import COLUMNS, cell_name, cell_table, run_dir, run_study
+from studies.method_study import COLUMNS, StudyPlan, cell_name, cell_table, run_dir, run_study
 from studies.pair_schedule import here, schedule
 from studies.protocol import (
     Point,
@@ -496,5 +497,19 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
     if protocol.start:  # the starting policy's evaluation, at iteration 0 of the eval panels
         start = {k: float(v) for k, v in json.loads(_from_root(protocol.start).read_text()).items()
                  if k.startswith("eval/")}
-    plot(plan, out / "evaluate", out / "evaluate.png", start=start)  # entropy, accuracy and eval pass@k per pick
+    plot(plan, out / "evaluate", out / "evaluate.png", start=start,  # entropy, accuracy and eval pass@k per pick
+         folder_of=front_folders(plan, out / "evaluate", points))
     return report
+
+
+def front_folders(plan: StudyPlan, out: Path, points: list[Point]) -> Callable[[str, str, int], Path]:
+    """``(algo, controller, seed) -> folder`` of the run in front of each seed (:func:`studies.protocol.collect`),
+    the one the cell table reads: the figure draws the same runs. A seed with no finished run keeps its ``seed{k}``
+    folder (the figure leaves it out)."""
+    runs = collect(plan, out, points)
+
+    def folder_of(algo: str, controller: str, seed: int) -> Path:
+        front = runs.get(algo.partition("@")[2], {}).get(seed, {})
+        return run_dir(out, algo, controller, seed).parent / front.get("folder", f"seed{seed}")
+
+    return folder_of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from lit_entropy.analysis.runs import read_scalars, values
@@ -54,7 +55,8 @@ def eval_prefix(plan: StudyPlan, out: Path) -> str:
     return HELD_OUT_SAMPLED if any(t.startswith(HELD_OUT_SAMPLED) for t in first_run_tags(plan, out)) else "eval/"
 
 
-def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None) -> list[str]:
+def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str, float] | None = None,
+         folder_of: Callable[[str, str, int], Path] | None = None) -> list[str]:
     """Entropy (log scale) and accuracy against the iteration, mean over seeds, one line per cell (accuracy as a
     trailing ``smooth``-iteration mean: per iteration it mostly follows which prompts were drawn); with periodic
     evaluation, a panel each for the smallest and largest k (and the retention split's smallest, where the runs log
@@ -63,7 +65,9 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
     iteration 0 where a run did not evaluate at start itself. Cells with no finished run are left out; the
     titles give the seeds per cell. Where the last evaluation has a larger k than the periodic ones, a last panel
     puts each cell's final pass@1 against that pass@k (mean ± sd over seeds, the starting policy as a star): the
-    trade of the one for the other that entropy methods make. Returns the panels' titles."""
+    trade of the one for the other that entropy methods make. ``folder_of(algo, controller, seed)``: the run a
+    seed's curves come from (default its ``seed{k}`` folder; a protocol passes the run its cell table reads, where
+    a seed ran on two machines). Returns the panels' titles."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,7 +100,7 @@ def plot(plan: StudyPlan, out: Path, png: Path, smooth: int = 5, start: dict[str
         curves: dict[str, list] = {tag: [] for tag in tags}
         finals: list[tuple[float, float]] = []  # (pass@1, pass@k) after the last iteration, one per seed
         for seed in plan.seeds:
-            folder = run_dir(out, algo, controller, seed)
+            folder = folder_of(algo, controller, seed) if folder_of else run_dir(out, algo, controller, seed)
             scalars = read_scalars(folder) if finished(folder) else {}
             if scalars.get("rollout/entropy"):  # a run that logged (not a folder yet to be made)
                 for tag in curves:

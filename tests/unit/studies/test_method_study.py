@@ -488,6 +488,9 @@ def test_the_figure_draws_the_held_out_and_retention_splits_where_the_runs_log_t
     writer.close()
     titles = plot(plan, tmp_path, tmp_path / "study.png", start={f"{RETENTION_SAMPLED}pass@1": 0.5})
     assert titles[-1] == "retention (kinds never trained) sampled pass@1; mean over 1 seeds"
+    # the runs drawn are the ones folder_of names (a protocol's: the run its cell table reads): here none finished
+    titles = plot(plan, tmp_path, tmp_path / "study.png", folder_of=lambda *_: tmp_path / "elsewhere")
+    assert titles[-1].endswith("mean over 0-0 seeds")
 
 
 def test_the_last_panel_puts_final_pass_at_1_against_the_last_evaluations_largest_k(tmp_path: Path) -> None:

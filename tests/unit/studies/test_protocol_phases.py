@@ -21,6 +21,7 @@ from studies.protocol_phases import (
     compute_line,
     every_run,
     fp32_kernels_line,
+    front_folders,
     recommendation_line,
     run_phase,
     stopped_line,
@@ -152,6 +153,12 @@ def test_the_verdicts_study_s_records_give_its_declared_report(tmp_path: Path) -
     assert again.split("\n\n")[0] == report.split("\n\n")[0]  # the cell table
     block = lambda text: text[text.index("| method | setting | dose | claim |"):].split("\n\n")[0]  # noqa: E731
     assert block(again) == block(report)  # the verdicts
+    plan = protocol.plan(picked_points(picks, protocol), protocol.all_evaluation_seeds())
+    drawn = front_folders(plan, tmp_path / "evaluate", picked_points(picks, protocol))  # the figure's runs
+    assert drawn(*picked_points(picks, protocol)[0].cell, 0) == pair_folder(seed0, f"{HERE[0]['machine']} @ "
+                                                                                   f"{HERE[0]['commit']}")
+    assert drawn(*picked_points(picks, protocol)[1].cell, 0) == run_dir(tmp_path / "evaluate",
+                                                                        *picked_points(picks, protocol)[1].cell, 0)
     shutil.rmtree(seed0)
     shutil.move(pair_folder(seed0, f"{HERE[0]['machine']} @ {HERE[0]['commit']}"), seed0)
     # the declared recommendation: dapo_kl_cov and stare win both held-out claims, dapo_kl_cov by the larger pass@1
