@@ -15,7 +15,7 @@ from typing import Any
 
 from studies.dose import dose_cell, dose_legend, dose_series, method_of, window_means
 from studies.lab_to_real import compare_verdicts
-from studies.method_study import COLUMNS, StudyPlan, cell_name, cell_table, run_dir, run_study
+from studies.method_study import COLUMNS, cell_name, cell_table, run_dir, run_study
 from studies.pair_schedule import here, schedule
 from studies.protocol import (
     Point,
@@ -108,17 +108,19 @@ def nearest_line(protocol: Protocol, out: Path) -> str:
             f"Gaps: {gaps}.")
 
 
-def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = ()) -> str:
+def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extra: list[str] = (),
+                      runs: dict[str, dict[int, dict[str, Any]]] | None = None) -> str:
     """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
     interval, and each control as the baseline, would change; the seed papers' claims; the lab's verdicts beside
-    these (``lab``)."""
+    these (``lab``). ``runs``: the evaluation points' runs, collected already (:func:`studies.protocol.collect`; read here when None)."""
     if protocol.nearest and (out / "nearest.json").is_file():
         nearest_methods(protocol, picks, out)
     points = picked_points(picks, protocol)
     controls = protocol.control_points()
     plan = protocol.plan([*points, *controls], protocol.all_evaluation_seeds(), extra)
     columns = tuple(protocol.columns or eval_columns(protocol.eval["ks"]))
-    runs = collect(plan, out, [*points, *controls])
+    if runs is None:
+        runs = collect(plan, out, [*points, *controls])
     cells: dict[str, list[dict[str, Any]]] = {}
     for algo, controller, seed in plan.runs():  # each seed's run in front (collect): one machine's where it has two
         if seed in runs.get(algo.partition("@")[2], {}):
@@ -489,7 +491,8 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
                 f"seeds {protocol.nearest['seeds']}")
             plan = protocol.plan(points, protocol.all_evaluation_seeds(), extra)
             _run_paired(protocol, plan, points[0].cell, out / "evaluate", train_script, log, lanes)
-    report = evaluation_report(protocol, picks, out / "evaluate", extra)
+    runs = collect(plan, out / "evaluate", points)  # read once: the report and the figure show the same runs
+    report = evaluation_report(protocol, picks, out / "evaluate", extra, runs)
     (out / "evaluate.md").write_text(report + "\n")
     from studies.study_plot import plot
 
@@ -498,16 +501,14 @@ def run_phase(protocol: Protocol, phase: str, out: Path, train_script: Path, lan
         start = {k: float(v) for k, v in json.loads(_from_root(protocol.start).read_text()).items()
                  if k.startswith("eval/")}
     plot(plan, out / "evaluate", out / "evaluate.png", start=start,  # entropy, accuracy and eval pass@k per pick
-         folder_of=front_folders(plan, out / "evaluate", points))
+         folder_of=front_folders(runs, out / "evaluate"))
     return report
 
 
-def front_folders(plan: StudyPlan, out: Path, points: list[Point]) -> Callable[[str, str, int], Path]:
-    """``(algo, controller, seed) -> folder`` of the run in front of each seed (:func:`studies.protocol.collect`),
-    the one the cell table reads: the figure draws the same runs. A seed with no finished run keeps its ``seed{k}``
-    folder (the figure leaves it out)."""
-    runs = collect(plan, out, points)
-
+def front_folders(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> Callable[[str, str, int], Path]:
+    """``(algo, controller, seed) -> folder`` of the run in front of each seed in ``runs``
+    (:func:`studies.protocol.collect` of the evaluation folder ``out``), the one the cell table reads: the figure
+    draws the same runs. A seed with no finished run keeps its ``seed{k}`` folder (the figure leaves it out)."""
     def folder_of(algo: str, controller: str, seed: int) -> Path:
         front = runs.get(algo.partition("@")[2], {}).get(seed, {})
         return run_dir(out, algo, controller, seed).parent / front.get("folder", f"seed{seed}")

@@ -16,7 +16,7 @@ from torch.utils.tensorboard import SummaryWriter
 from studies.method_study import run_dir
 from studies.pair_schedule import pair_folder
 from studies.pairs import pass_at_k
-from studies.protocol import load_protocol, pick, picked_points
+from studies.protocol import collect, load_protocol, pick, picked_points
 from studies.protocol_phases import (
     compute_line,
     every_run,
@@ -154,7 +154,8 @@ def test_the_verdicts_study_s_records_give_its_declared_report(tmp_path: Path) -
     block = lambda text: text[text.index("| method | setting | dose | claim |"):].split("\n\n")[0]  # noqa: E731
     assert block(again) == block(report)  # the verdicts
     plan = protocol.plan(picked_points(picks, protocol), protocol.all_evaluation_seeds())
-    drawn = front_folders(plan, tmp_path / "evaluate", picked_points(picks, protocol))  # the figure's runs
+    drawn = front_folders(collect(plan, tmp_path / "evaluate", picked_points(picks, protocol)),
+                          tmp_path / "evaluate")  # the figure's runs
     assert drawn(*picked_points(picks, protocol)[0].cell, 0) == pair_folder(seed0, f"{HERE[0]['machine']} @ "
                                                                                    f"{HERE[0]['commit']}")
     assert drawn(*picked_points(picks, protocol)[1].cell, 0) == run_dir(tmp_path / "evaluate",
