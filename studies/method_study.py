@@ -282,6 +282,9 @@ def _run_one(plan: StudyPlan, out: Path, train_script: Path, algo: str, controll
         log(f"[study]   skipped: another process is running it ({folder.parent / f'.{folder.name}.lock'} is locked)")
         return
     try:
+        if (folder / "done.json").exists():  # finished by another study process since this one listed its runs:
+            log(f"[study]   skipped: another process finished it ({folder / 'done.json'})")  # never clear it
+            return
         _run_locked(plan, train_script, folder, cmd, lock, log=log, cores=cores)
     finally:
         os.close(lock)

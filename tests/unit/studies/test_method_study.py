@@ -276,6 +276,31 @@ def test_a_run_another_process_holds_is_skipped_and_its_training_process_holds_t
     assert (busy / "done.json").exists()
 
 
+def test_a_run_another_process_finished_after_this_study_listed_its_runs_is_left_as_it_is(tmp_path: Path) -> None:
+    """Two study processes walk the same list of runs (a lane each). The one on an earlier run lists a later run as
+    still to do; when it gets there the other lane has finished it and released its lock, and the finished run has no
+    checkpoint left to resume from. It must be skipped, not cleared and trained again (a finished evaluation run of
+    the verdicts study was lost so)."""
+    plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0, 1])
+    later = run_dir(tmp_path, "grpo", "none", 1)
+    fake = tmp_path / "fake_train.py"  # seed 0's run; meanwhile "the other lane" finishes seed 1
+    fake.write_text(
+        "import json, sys\nfrom pathlib import Path\n"
+        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "other = d.parent / 'seed1'\n"
+        "if d.name == 'seed0':\n"
+        "    other.mkdir(parents=True, exist_ok=True)\n"
+        "    (other / 'study_stdout.log').write_text('the other lane')\n"
+        "    (other / 'done.json').write_text(json.dumps({'returncode': 0}))\n" + END)
+    said: list[str] = []
+    run_study(plan, tmp_path, fake, log=said.append)
+    assert (run_dir(tmp_path, "grpo", "none", 0) / "done.json").exists()
+    assert sorted(p.name for p in later.iterdir()) == ["done.json", "study_stdout.log"]  # untouched
+    assert (later / "study_stdout.log").read_text() == "the other lane"
+    assert any("skipped: another process finished it" in line for line in said)
+    assert not any("clearing" in line for line in said)
+
+
 def test_the_end_line_of_an_earlier_attempt_does_not_count_for_a_later_one(tmp_path: Path) -> None:
     """The resume appends to study_stdout.log: only what the attempt itself printed says whether it finished."""
     plan = StudyPlan(algos=["grpo"], controllers=["none"], seeds=[0])
