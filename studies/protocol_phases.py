@@ -112,7 +112,8 @@ def evaluation_report(protocol: Protocol, picks: dict[str, Any], out: Path, extr
                       runs: dict[str, dict[int, dict[str, Any]]] | None = None) -> str:
     """The evaluation table (with dose) and the verdicts below the rule's text; then which labels the other
     interval, and each control as the baseline, would change; the seed papers' claims; the lab's verdicts beside
-    these (``lab``). ``runs``: the evaluation points' runs, collected already (:func:`studies.protocol.collect`; read here when None)."""
+    these (``lab``). ``runs``: the evaluation points' runs, collected already (:func:`studies.protocol.collect`);
+    read here when None."""
     if protocol.nearest and (out / "nearest.json").is_file():
         nearest_methods(protocol, picks, out)
     points = picked_points(picks, protocol)
