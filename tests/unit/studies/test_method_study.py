@@ -29,6 +29,9 @@ from studies.method_study import (
 
 ROOT = Path(__file__).resolve().parents[3]
 END = f"print({FIT_FINISHED!r})\n"  # what scripts/train.py prints once its fit has returned
+# the fake train scripts' first lines: the run folder ``d`` that the study passes as hydra.run.dir
+RUN_FOLDER = ("import sys\nfrom pathlib import Path\n"
+              "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n")
 
 
 def _write_run(folder: Path, entropy: list[float], acc: list[float], band: list[float] | None = None,
@@ -166,8 +169,7 @@ def test_an_unfinished_run_is_cleared_before_it_runs_again_and_left_out_until_th
     assert "grpo" not in summarise(plan, tmp_path)[0].split("\n", 2)[-1]  # not in the table while unfinished
     fake = tmp_path / "fake_train.py"  # stands in for scripts/train.py: writes one fresh run
     fake.write_text(
-        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        RUN_FOLDER + "from torch.utils.tensorboard import SummaryWriter\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\n"
         "for i in range(2):\n    w.add_scalar('rollout/entropy', 0.4, i)\n    w.add_scalar('rollout/accuracy', 0.5, i)\n"
         "w.close()\n" + END)
@@ -183,8 +185,7 @@ def test_an_unfinished_run_is_cleared_before_it_runs_again_and_left_out_until_th
 def test_a_finished_runs_checkpoints_go_when_the_plan_keeps_none(tmp_path: Path) -> None:
     fake = tmp_path / "fake_train.py"  # a run that writes a checkpoint and its events
     fake.write_text(
-        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        RUN_FOLDER + "from torch.utils.tensorboard import SummaryWriter\n"
         "(d / 'checkpoints').mkdir(parents=True)\n(d / 'checkpoints' / 'last.ckpt').write_text('x')\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\n"
         "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n" + END)
@@ -199,8 +200,7 @@ def test_a_finished_runs_checkpoints_go_when_the_plan_keeps_none(tmp_path: Path)
 def test_an_unfinished_run_with_a_checkpoint_continues_from_it_in_its_folder(tmp_path: Path) -> None:
     fake = tmp_path / "fake_train.py"  # records its arguments, then writes one run
     fake.write_text(
-        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        RUN_FOLDER + "from torch.utils.tensorboard import SummaryWriter\n"
         "(d / 'argv.txt').write_text(' '.join(sys.argv))\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\n"
         "w.add_scalar('rollout/accuracy', 0.5, 1)\nw.close()\n" + END)
@@ -223,8 +223,7 @@ def test_a_run_that_exits_0_before_its_fit_returned_is_not_done_and_resumes_from
     its checkpoint stays, and the next study run continues it from there."""
     stopped = tmp_path / "stopped_train.py"  # writes a checkpoint and events, then exits 0 without the end line
     stopped.write_text(
-        "import sys\nfrom pathlib import Path\nfrom torch.utils.tensorboard import SummaryWriter\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        RUN_FOLDER + "from torch.utils.tensorboard import SummaryWriter\n"
         "(d / 'checkpoints').mkdir(parents=True, exist_ok=True)\n(d / 'checkpoints' / 'last.ckpt').write_text('x')\n"
         "w = SummaryWriter(str(d / 'tensorboard'))\nw.add_scalar('rollout/entropy', 0.4, 1)\nw.close()\n"
         "print('iteration 1/2')\nraise SystemExit(0)\n")
@@ -252,8 +251,7 @@ def test_a_run_another_process_holds_is_skipped_and_its_training_process_holds_t
     (busy / "checkpoints" / "last.ckpt").write_text("x")
     fake = tmp_path / "fake_train.py"  # records whether it holds its folder's lock among its open files
     fake.write_text(
-        "import os, sys\nfrom pathlib import Path\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "import os\n" + RUN_FOLDER +
         "lock = str(d.parent / f'.{d.name}.lock')\n"
         "held = [f for f in os.listdir('/proc/self/fd') if os.path.realpath(f'/proc/self/fd/{f}') == lock]\n"
         "(d / 'held.txt').write_text(str(len(held)))\n" + END)
@@ -285,8 +283,7 @@ def test_a_run_another_process_finished_after_this_study_listed_its_runs_is_left
     later = run_dir(tmp_path, "grpo", "none", 1)
     fake = tmp_path / "fake_train.py"  # seed 0's run; meanwhile "the other lane" finishes seed 1
     fake.write_text(
-        "import json, sys\nfrom pathlib import Path\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "import json\n" + RUN_FOLDER +
         "other = d.parent / 'seed1'\n"
         "if d.name == 'seed0':\n"
         "    other.mkdir(parents=True, exist_ok=True)\n"
@@ -341,9 +338,7 @@ def test_two_lanes_run_each_run_pinned_to_its_own_core(tmp_path: Path, all_cores
     plan = StudyPlan(algos=["grpo", "dapo"], controllers=["none"], seeds=[0, 1], iterations=2)
     fake = tmp_path / "fake_train.py"  # records where it ran, then writes one run's events
     fake.write_text(
-        "import json, os, sys, time\nstart = time.time()\nfrom pathlib import Path\n"
-        "from torch.utils.tensorboard import SummaryWriter\n"
-        "d = Path([a for a in sys.argv if a.startswith('hydra.run.dir=')][0].split('=', 1)[1])\n"
+        "import json, os, time\nstart = time.time()\n" + RUN_FOLDER + "from torch.utils.tensorboard import SummaryWriter\n"
         "(d / 'pinned.json').write_text(json.dumps({'cores': sorted(os.sched_getaffinity(0)), 'start': start,"
         " 'omp': os.environ['OMP_NUM_THREADS'], 'bind': os.environ['VLLM_CPU_OMP_THREADS_BIND']}))\n"
         "time.sleep(1.0)\n"
