@@ -8,7 +8,7 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -201,6 +201,25 @@ class AlgoConfig:
         if self.loss_agg == "seq-mean-token-sum-norm" and not (self.loss_norm_constant or 0) > 0:
             raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs algo.loss_norm_constant > 0")
 
+
+
+def unread_clip_advice(algo: AlgoConfig) -> str | None:
+    """A warning when ``eps_low``/``eps_high`` are set away from their defaults and the loss never reads them:
+    KL-Cov's selection rule (``effect="kl_selected"``) replaces PPO's clipped surrogate with an unclipped one plus
+    its penalty, so a clip range set beside it (``algo=kl_cov algo.eps_high=0.28``, meant as DAPO's clip-higher)
+    changes nothing. A warning, not an error: the verdicts study's ``dapo_kl_cov`` candidate was declared with such
+    a setting and its runs stay reproducible from the protocol as written (docs/results.md, its slips)."""
+    rule = registry.SELECTION_RULES.get(algo.selection) if algo.selection is not None else None
+    if rule is None or rule.effect != "kl_selected":
+        return None
+    defaults = {f.name: f.default for f in fields(AlgoConfig)}
+    changed = [f"algo.{k}={getattr(algo, k)}" for k in ("eps_low", "eps_high") if getattr(algo, k) != defaults[k]]
+    if not changed:
+        return None
+    verb = "is" if len(changed) == 1 else "are"
+    return (f"{' and '.join(changed)} {verb} not read: algo.selection={algo.selection} trains the unclipped surrogate "
+            "-A*r plus its penalty on the selected tokens (Cui et al. 2025), so no token is clipped "
+            "(train/clipfrac_high stays 0)")
 
 @dataclass
 class OptimConfig:

@@ -16,6 +16,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lit_entropy.algo import unread_clip_advice
 from lit_entropy.callbacks.dashboard import RunDashboard, run_hparams, varied_keys
 from lit_entropy.callbacks.interrupt import InterruptLatch
 from lit_entropy.iteration import draw_refusals
@@ -213,6 +214,9 @@ def build(cfg: DictConfig, engine: Any = None, resume_step: int | None = None,
     algo, optim, batch = instantiate(cfg.algo), instantiate(cfg.optim), instantiate(cfg.batch)
     correction = instantiate(cfg.correction) if "correction" in cfg else None
     check_batch_and_algo(batch, algo)
+    advice = unread_clip_advice(algo)
+    if advice:
+        log.warning(advice)
     if correction is not None:
         check_with_algo(correction, algo)
     sampler = build_sampler(cfg, engine)

@@ -1,4 +1,5 @@
-"""The ``optim`` group: the optimizer is a ``_partial_`` target, AdamW by default, with the old keys' meaning."""
+"""The `algo` and `optim` groups' config objects: the optimizer is a ``_partial_`` target, AdamW by default, with the
+old keys' meaning; a clip range the loss never reads is named at start-up."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from lit_entropy.algo import OptimConfig, build_optimizer
+from lit_entropy.algo import OptimConfig, build_optimizer, unread_clip_advice
 from lit_entropy.module import PolicyModule
 from tests.helpers import compose_train
 
@@ -55,3 +56,14 @@ def test_sgd_is_one_option():
 def test_a_wrong_key_fails_at_start_up_naming_itself(override, key):
     with pytest.raises(Exception, match=key.replace(".", r"\.")):
         instantiate(compose_train([override, *OUT]).optim)
+
+
+def test_a_clip_range_beside_kl_cov_is_named_as_unread_at_start_up():
+    """``algo=kl_cov algo.eps_high=0.28`` (DAPO's clip-higher meant beside KL-Cov) changes nothing: build() warns."""
+    algo = lambda *o: instantiate(compose_train([*o, *OUT]).algo)  # noqa: E731
+    assert unread_clip_advice(algo("algo=kl_cov")) is None
+    assert unread_clip_advice(algo("algo=dapo")) is None  # PPO's clip reads it
+    advice = unread_clip_advice(algo("algo=kl_cov", "algo.eps_high=0.28"))
+    assert advice is not None and advice.startswith("algo.eps_high=0.28 is not read: algo.selection=kl_cov")
+    both = unread_clip_advice(algo("algo=kl_cov", "algo.eps_high=0.28", "algo.eps_low=0.1"))
+    assert both is not None and both.startswith("algo.eps_low=0.1 and algo.eps_high=0.28 are not read")

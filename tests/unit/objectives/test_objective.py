@@ -165,3 +165,24 @@ def test_row_weight_scales_each_rows_loss():
     weighted = dict(mb, row_weight=torch.full((B,), 3.0))
     tripled, _ = micro_batch_loss(algo, knobs, weighted, sel, logp, ent.detach())
     assert float(tripled) == pytest.approx(3 * float(plain), rel=1e-6)
+
+
+def test_kl_cov_reads_no_clip_range_where_ppo_does():
+    """KL-Cov's loss is the unclipped surrogate plus its penalty: a clip range changes neither its loss nor its
+    gradient, and it reports no clipped token; on the same minibatch PPO's clip binds (so the check can fail)."""
+    def run(algo: AlgoConfig) -> tuple[float, list[torch.Tensor], float]:
+        knobs = Knobs(algo.eps_low, algo.eps_high)
+        loss, grads = grads_for(algo, knobs, 1)
+        mb, model = make_minibatch()
+        logp, ent = logp_entropy(model, mb["input_ids"])
+        sel = select_tokens(algo, mb, knobs, logp.detach(), torch.Generator().manual_seed(1))
+        _, stats = micro_batch_loss(algo, knobs, mb, sel, logp, ent)
+        return loss, grads, float(stats["clip_low"] + stats["clip_high"])
+
+    for selection, moved in ((None, True), ("kl_cov", False)):
+        args = {"selection": selection, "selection_args": {"k": 0.2} if selection else {}}
+        wide, narrow = run(AlgoConfig(**args)), run(AlgoConfig(eps_low=0.02, eps_high=0.02, **args))
+        same = wide[0] == pytest.approx(narrow[0], abs=1e-7) and all(
+            torch.allclose(a, b, atol=1e-7) for a, b in zip(wide[1], narrow[1], strict=True))
+        assert same != moved, selection
+        assert (narrow[2] > 0) == moved, selection
