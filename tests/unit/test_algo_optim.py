@@ -59,7 +59,7 @@ def test_a_wrong_key_fails_at_start_up_naming_itself(override, key):
 
 
 def test_a_clip_range_beside_kl_cov_is_named_as_unread_at_start_up():
-    """``algo=kl_cov algo.eps_high=0.28`` (DAPO's clip-higher meant beside KL-Cov) changes nothing: build() warns."""
+    """``algo=kl_cov algo.eps_high=0.28`` (DAPO's clip-higher meant beside KL-Cov) changes nothing: named here, logged as a warning by ``train.build``."""
     algo = lambda *o: instantiate(compose_train([*o, *OUT]).algo)  # noqa: E731
     assert unread_clip_advice(algo("algo=kl_cov")) is None
     assert unread_clip_advice(algo("algo=dapo")) is None  # PPO's clip reads it
