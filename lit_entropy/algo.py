@@ -204,22 +204,27 @@ class AlgoConfig:
 
 
 def unread_clip_advice(algo: AlgoConfig) -> str | None:
-    """A warning when ``eps_low``/``eps_high`` are set away from their defaults and the loss never reads them:
-    KL-Cov's selection rule (``effect="kl_selected"``) replaces PPO's clipped surrogate with an unclipped one plus
-    its penalty, so a clip range set beside it (``algo=kl_cov algo.eps_high=0.28``, meant as DAPO's clip-higher)
-    changes nothing. A warning, not an error: the verdicts study's ``dapo_kl_cov`` candidate was declared with such
-    a setting and its runs stay reproducible from the protocol as written (docs/results.md, its slips)."""
+    """A warning when a clip knob (``eps_low``, ``eps_high``) is set away from its default and the objective never
+    reads it: KL-Cov's selection rule (``effect="kl_selected"``) replaces PPO's clipped surrogate with an unclipped
+    one plus its penalty, and some losses read one knob or none (:attr:`~lit_entropy.objectives.losses.PolicyLoss.
+    clip_knobs`: CISPO only ``eps_high``, SAPO and TOPR neither). So ``algo=kl_cov algo.eps_high=0.28``, meant as
+    DAPO's clip-higher beside KL-Cov, changes nothing. A warning, not an error: the verdicts study's ``dapo_kl_cov``
+    candidate was declared with that setting, and its runs stay reproducible from the protocol as written
+    (docs/results.md, the study's slips)."""
     rule = registry.SELECTION_RULES.get(algo.selection) if algo.selection is not None else None
-    if rule is None or rule.effect != "kl_selected":
-        return None
+    if rule is not None and rule.effect == "kl_selected":
+        read: tuple[str, ...] = ()
+        why = (f"algo.selection={algo.selection} trains the unclipped surrogate -A*r plus its penalty on the selected "
+               "tokens (Cui et al. 2025), so no token is clipped")
+    else:
+        read = losses.LOSSES[algo.loss].clip_knobs
+        why = f"algo.loss={algo.loss} reads {' and '.join(f'algo.{k}' for k in read) if read else 'no clip knob'}"
     defaults = {f.name: f.default for f in fields(AlgoConfig)}
-    changed = [f"algo.{k}={getattr(algo, k)}" for k in ("eps_low", "eps_high") if getattr(algo, k) != defaults[k]]
+    changed = [f"algo.{k}={getattr(algo, k)}" for k in ("eps_low", "eps_high")
+               if k not in read and getattr(algo, k) != defaults[k]]
     if not changed:
         return None
-    verb = "is" if len(changed) == 1 else "are"
-    return (f"{' and '.join(changed)} {verb} not read: algo.selection={algo.selection} trains the unclipped surrogate "
-            "-A*r plus its penalty on the selected tokens (Cui et al. 2025), so no token is clipped "
-            "(train/clipfrac_high stays 0)")
+    return f"{' and '.join(changed)} {'is' if len(changed) == 1 else 'are'} not read: {why}"
 
 @dataclass
 class OptimConfig:

@@ -58,12 +58,19 @@ def test_a_wrong_key_fails_at_start_up_naming_itself(override, key):
         instantiate(compose_train([override, *OUT]).optim)
 
 
-def test_a_clip_range_beside_kl_cov_is_named_as_unread_at_start_up():
-    """``algo=kl_cov algo.eps_high=0.28`` (DAPO's clip-higher meant beside KL-Cov) changes nothing: named here, logged as a warning by ``train.build``."""
+def test_a_clip_knob_the_objective_never_reads_is_named_at_start_up():
+    """``algo=kl_cov algo.eps_high=0.28`` (DAPO's clip-higher meant beside KL-Cov) changes nothing, nor does a clip
+    knob beside a loss that reads it not: named here, logged as a warning by ``train.build``."""
     algo = lambda *o: instantiate(compose_train([*o, *OUT]).algo)  # noqa: E731
-    assert unread_clip_advice(algo("algo=kl_cov")) is None
-    assert unread_clip_advice(algo("algo=dapo")) is None  # PPO's clip reads it
+    for quiet in (["algo=kl_cov"], ["algo=dapo"], ["algo=cispo"], ["algo=sapo"], ["algo=topr"], ["algo=gspo"],
+                  ["algo=dppo_tv", "algo.eps_low=0.1"], ["algo=cispo", "algo.eps_high=2.0"]):
+        assert unread_clip_advice(algo(*quiet)) is None, quiet  # defaults, or knobs the loss reads
     advice = unread_clip_advice(algo("algo=kl_cov", "algo.eps_high=0.28"))
     assert advice is not None and advice.startswith("algo.eps_high=0.28 is not read: algo.selection=kl_cov")
     both = unread_clip_advice(algo("algo=kl_cov", "algo.eps_high=0.28", "algo.eps_low=0.1"))
     assert both is not None and both.startswith("algo.eps_low=0.1 and algo.eps_high=0.28 are not read")
+    assert unread_clip_advice(algo("algo=cispo", "algo.eps_low=0.1")) == (
+        "algo.eps_low=0.1 is not read: algo.loss=cispo reads algo.eps_high")
+    for loss in ("sapo", "topr"):
+        assert unread_clip_advice(algo(f"algo={loss}", "algo.eps_high=0.28")) == (
+            f"algo.eps_high=0.28 is not read: algo.loss={loss} reads no clip knob")

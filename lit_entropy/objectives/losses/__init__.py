@@ -38,6 +38,9 @@ class PolicyLoss:
     mask: the token-level masks (a selection rule that takes tokens out of the loss, ``correction.level=token`` with
     ``mode=mask``) are refused with it, since they would make the weight the ratio of the tokens left. Row-level
     masks (sequence-level corrections, rejection, filters, truncated completions) leave a kept row whole."""
+    clip_knobs: tuple[str, ...] = ("eps_low", "eps_high")
+    """The clip knobs (``algo.eps_low``, ``algo.eps_high``) it reads; one it does not, set away from its default, is
+    named at start-up (:func:`lit_entropy.algo.unread_clip_advice`)."""
     dose: Dose | None = None
     """How much the loss acted in a run (what the studies' *not tested at this dose* rule reads); None: the loss is
     judged as it is (CISPO, SAPO, DPPO: no lever to measure)."""

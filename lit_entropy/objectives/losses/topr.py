@@ -69,6 +69,6 @@ def topr(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps_l
     return topr_surrogate(logp, old_logp, advantages, mask)
 
 
-register(PolicyLoss("topr", topr, sequence_ratio=True, dose=Dose(
+register(PolicyLoss("topr", topr, sequence_ratio=True, clip_knobs=(), dose=Dose(
     "topr_tapered_frac", "fraction of response tokens in negative samples whose weight the taper cut "
     "(train/clipfrac_low)", tag="train/clipfrac_low")))

@@ -162,7 +162,7 @@ def dppo(divergence: str):
     return loss
 
 
-register(PolicyLoss("cispo", cispo))
-register(PolicyLoss("sapo", sapo, args={"tau_pos": SAPO_TAU_POS, "tau_neg": SAPO_TAU_NEG}))
+register(PolicyLoss("cispo", cispo, clip_knobs=("eps_high",)))
+register(PolicyLoss("sapo", sapo, args={"tau_pos": SAPO_TAU_POS, "tau_neg": SAPO_TAU_NEG}, clip_knobs=()))
 register(PolicyLoss("dppo_tv", dppo("tv"), args={"ratio_cap": DPPO_RATIO_CAP}))
 register(PolicyLoss("dppo_kl", dppo("kl"), args={"ratio_cap": DPPO_RATIO_CAP}))

@@ -7,6 +7,7 @@ import torch
 
 from lit_entropy.algo import AlgoConfig
 from lit_entropy.diagnostics.entropy import align_to_input, shift_for_causal_lm, token_logprobs_and_entropy
+from lit_entropy.objectives.losses import LOSSES
 from lit_entropy.objectives.objective import Knobs, micro_batch_loss, select_tokens
 
 V, B, L = 11, 8, 7
@@ -186,3 +187,18 @@ def test_kl_cov_reads_no_clip_range_where_ppo_does():
             torch.allclose(a, b, atol=1e-7) for a, b in zip(wide[1], narrow[1], strict=True))
         assert same != moved, selection
         assert (narrow[2] > 0) == moved, selection
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_each_loss_reads_the_clip_knobs_it_declares_and_no_other(name):
+    """``PolicyLoss.clip_knobs`` is what :func:`lit_entropy.algo.unread_clip_advice` trusts: a knob a loss declares
+    moves its loss or gradient when narrowed from 0.2 to 1e-4, and a knob it does not declare moves nothing."""
+    for knob in ("eps_low", "eps_high"):
+        runs = []
+        for value in (0.2, 1e-4):
+            algo = AlgoConfig(loss=name, **{knob: value})
+            runs.append(grads_for(algo, Knobs(algo.eps_low, algo.eps_high), 1))
+        (wide, wide_grads), (narrow, narrow_grads) = runs
+        same = wide == pytest.approx(narrow, abs=1e-7) and all(
+            torch.allclose(a, b, atol=1e-7) for a, b in zip(wide_grads, narrow_grads, strict=True))
+        assert same != (knob in LOSSES[name].clip_knobs), (name, knob)
