@@ -202,12 +202,11 @@ class AlgoConfig:
             raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs algo.loss_norm_constant > 0")
 
 
-
 def unread_clip_advice(algo: AlgoConfig) -> str | None:
     """A warning when a clip knob (``eps_low``, ``eps_high``) is set away from its default and the objective never
     reads it: KL-Cov's selection rule (``effect="kl_selected"``) replaces PPO's clipped surrogate with an unclipped
-    one plus its penalty, and some losses read one knob or none (:attr:`~lit_entropy.objectives.losses.PolicyLoss.
-    clip_knobs`: CISPO only ``eps_high``, SAPO and TOPR neither). So ``algo=kl_cov algo.eps_high=0.28``, meant as
+    one plus its penalty, and some losses read one knob or none (``PolicyLoss.clip_knobs``: CISPO only
+    ``eps_high``, SAPO and TOPR neither). So ``algo=kl_cov algo.eps_high=0.28``, meant as
     DAPO's clip-higher beside KL-Cov, changes nothing. A warning, not an error: the verdicts study's ``dapo_kl_cov``
     candidate was declared with that setting, and its runs stay reproducible from the protocol as written
     (docs/results.md, the study's slips)."""
@@ -225,6 +224,7 @@ def unread_clip_advice(algo: AlgoConfig) -> str | None:
     if not changed:
         return None
     return f"{' and '.join(changed)} {'is' if len(changed) == 1 else 'are'} not read: {why}"
+
 
 @dataclass
 class OptimConfig:
